@@ -1,0 +1,34 @@
+"""The `autoplace` command line (typer + rich). No logic of its own: each command module parses
+options, calls the library, and renders with autoplace.report. Heavy imports (torch, optuna,
+ortools) happen inside the commands that need them, so start-up stays fast."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Plan distributed LLM training: placement, memory, communication, step time, search.")
+
+
+@app.callback()
+def _root() -> None:
+    """autoplace: which parallelization trains this model fastest without running out of memory."""
+
+
+def _register() -> None:
+    import importlib
+    for name in ("estimate", "search", "validate", "profile", "calibrate", "export", "info"):
+        try:
+            mod = importlib.import_module(f"autoplace.cli.{name}")
+        except ModuleNotFoundError as e:  # a command module not written yet
+            if e.name == f"autoplace.cli.{name}":
+                continue
+            raise
+        mod.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,100 @@
+"""Shared CLI plumbing: input resolution, one-line errors with exit codes, atomic writes, JSON."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import typer
+
+from autoplace.errors import AutoplaceError, InputError
+
+
+def cli_errors(fn):
+    """Turn library errors into one line on stderr and the error's exit code — never a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except AutoplaceError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(e.exit_code)
+        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+            typer.echo(f"error: {e.filename}: {e.strerror}", err=True)
+            raise typer.Exit(1)
+    return wrapper
+
+
+def resolve_model(model: str | None, params: str | None):
+    """--model NAME|config.json|DIR or --params COUNT → ModelSpec."""
+    from autoplace.specs.model import params_only
+    if params is not None:
+        try:
+            return params_only(float(params))
+        except ValueError:
+            raise InputError(f"--params must be a number like 7.5e9, got '{params}'") from None
+    if not model:
+        raise InputError("give --model NAME (e.g. 13b) or a config.json path, or --params COUNT")
+    p = Path(model)
+    if p.suffix == ".json" or p.is_dir() or (os.sep in model and p.exists()):
+        from autoplace.specs.hf_config import load_hf_config
+        return load_hf_config(model)
+    from autoplace.specs.presets import get_preset
+    return get_preset(model)
+
+
+def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_per_node: int | None = None):
+    from autoplace.specs.hardware import DEFAULT_HARDWARE, load_hardware, parse_size
+    ov = {}
+    if gpu_memory:
+        ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory")
+    if gpus_per_node is not None:
+        if gpus_per_node < 1:
+            raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
+        ov["gpus_per_node"] = gpus_per_node
+    return load_hardware(hardware or DEFAULT_HARDWARE, **ov)
+
+
+def check_gpus(gpus: int) -> int:
+    if gpus is None or gpus < 1:
+        raise InputError(f"--gpus must be a positive integer, got {gpus}")
+    return gpus
+
+
+def atomic_write(path: str | Path, text: str) -> Path:
+    """Write via a temp file in the same folder + os.replace, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def to_jsonable(obj):
+    import numpy as np
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**53:
+        return obj
+    return obj
+
+
+def print_json(doc) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(doc), indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,67 @@
+"""`autoplace estimate`: one plan's legality, memory per stage, communication and step time."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from autoplace.cli.common import (check_gpus, cli_errors, print_json, resolve_hardware, resolve_model)
+
+
+def build_training(model, seq_len, global_batch, precision, regime, attention, dropout, states_only,
+                   global_batch_tokens=None):
+    from autoplace.errors import InputError
+    from autoplace.specs.training import TrainingSpec
+    s = seq_len or (model.max_seq_len if not model.states_only else 2048)
+    if global_batch is None:
+        tokens = global_batch_tokens or 4 * 2**20
+        global_batch = max(1, round(tokens / s))
+    if global_batch < 1:
+        raise InputError(f"--global-batch must be ≥ 1, got {global_batch}")
+    return TrainingSpec(seq_len=s, global_batch=global_batch, precision=precision, regime=regime,
+                        attention=attention, dropout=dropout, states_only=states_only)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @cli_errors
+    def estimate(
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="preset (13b, llama3-70b, …) or HF config.json path"),
+        params: Optional[str] = typer.Option(None, "--params", help="bare parameter count, e.g. 7.5e9 (model states only)"),
+        gpus: int = typer.Option(..., "--gpus", "-n", help="total GPUs (world size)"),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+        hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml path"),
+        gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
+        precision: str = typer.Option("bf16", "--precision"),
+        regime: str = typer.Option("zero", "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …)"),
+        attention: str = typer.Option("flash", "--attention", help="flash | eager"),
+        dropout: bool = typer.Option(False, "--dropout/--no-dropout"),
+        plan: Optional[str] = typer.Option(None, "--plan", help='e.g. "tp=8,pp=4,zero=1,sp=1,recompute=selective,mbs=1"'),
+        plan_file: Optional[str] = typer.Option(None, "--plan-file", help="plan.json written by search --emit"),
+        states_only: bool = typer.Option(False, "--states-only", help="P+G+O memory and DP traffic only (ZeRO accounting)"),
+        headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    ):
+        """Memory per pipeline stage, communication per axis and step time of one plan."""
+        from autoplace.estimate import estimate as run
+        from autoplace.plan import parse_plan
+        if plan_file:
+            from autoplace.export.planfile import read_plan_file
+            m, hw, train, p, world, _ = read_plan_file(plan_file)
+        else:
+            world = check_gpus(gpus)
+            m = resolve_model(model, params)
+            hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
+            train = build_training(m, seq_len, global_batch, precision, regime, attention, dropout, states_only)
+            p = parse_plan(plan)
+        doc = run(m, hw, train, p, world, headroom)
+        if as_json:
+            print_json(doc)
+        else:
+            from autoplace.report import render_estimate
+            render_estimate(doc)
+        if not doc["legal"]:
+            raise typer.Exit(2)

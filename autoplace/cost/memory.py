@@ -1,0 +1,297 @@
+"""Per-rank, per-pipeline-stage memory, derived from the placement (placement_semantics.md §2).
+
+Every function is numpy-broadcastable over the plan fields (a `Plan` of scalars or a `PlanBatch` of
+arrays) and over the stage index `i`, so `estimate` and the vectorized search share them.
+
+  M_stage(i) = params + grads + optimizer + activations + transient + overhead      (§2.1)
+
+- model states: |X| × Π f(mode) with f(R)=1, f(S|SG|SG-hold at rest)=1/n, f(OFF(φ))=1−φ (§2.1–2.3);
+  PP × ZeRO-2/3 holds P and G unsharded within the step (K1, T22);
+- activations: Korthikanti et al. 2022 per-layer terms, generalized to GQA, SwiGLU, flash vs eager
+  attention and dropout on/off, times the schedule's in-flight micro-batches per stage (§2.5, K6);
+- transient: FSDP gathered units (prefetch k=2), reduce buckets, CP K/V gathers, the last stage's
+  logits + fp32 cross-entropy buffer, one layer's recompute working set (§2.4);
+- overhead: CUDA context + communicator buffers from the hardware profile (§6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.plan import micro_batches
+from autoplace.specs.model import padded_vocab
+
+FSDP_PREFETCH_UNITS = 2          # FSDP2 keeps two all-gather outputs alive in forward (§1.3)
+FP8_WEIGHT_CACHE_BYTES = 1       # fp8 cast copy of the local weights (TransformerEngine-style)
+
+
+def _w(x):
+    return np.asarray(x, dtype=float)
+
+
+# ---- parameter counts per rank --------------------------------------------------------------
+def vocab_padded(ctx, p):
+    return padded_vocab(ctx.model.vocab, p.tp, ctx.train.vocab_divisible_by)
+
+
+def layers_on_stage(ctx, p, i):
+    """L_i: layers on pipeline stage i (even L/pp unless the plan gives layer_split)."""
+    split = getattr(p, "layer_split", ())
+    if split:
+        return _w(np.asarray(split, dtype=float)[np.asarray(i)])
+    return _w(ctx.model.layers) / _w(p.pp)
+
+
+def layer_params_rank(model, tp, moe_layer: bool, ep=1, etp=1):
+    """Dense (non-expert) parameters of one layer held by one TP rank: split matrices and column
+    biases ÷ t; norms and row-parallel biases replicated (§2.3)."""
+    h, q, kv = model.hidden, model.q_width, model.kv_width
+    attn_split = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if (model.attn_bias or model.qkv_bias) else 0)
+    attn_repl = (h if model.attn_bias else 0) + model.qk_norm_params()
+    if moe_layer:
+        mlp_split = model.mlp_params(model.shared_expert_ffn_hidden) if model.shared_expert_ffn_hidden else 0
+        mlp_repl = h * model.num_experts + (h if model.shared_expert_gate else 0)  # router, gate replicated
+    else:
+        f = model.ffn_hidden
+        if model.gated_mlp:
+            mlp_split = 3 * h * f + (2 * f if model.mlp_bias else 0)
+        else:
+            mlp_split = 2 * h * f + (f if model.mlp_bias else 0)
+        mlp_repl = h if model.mlp_bias else 0
+    repl = attn_repl + mlp_repl + 2 * model.norm_params()
+    return (attn_split + mlp_split) / _w(tp) + repl
+
+
+def expert_layer_params_rank(model, ep, etp):
+    """Routed expert weights of one MoE layer on one rank: (E/e) experts, each ÷ etp."""
+    if not model.is_moe:
+        return _w(0.0)
+    return model.num_experts / _w(ep) * model.mlp_params(model.f_expert) / _w(etp)
+
+
+def stage_param_counts(ctx, p, i):
+    """(dense, expert) parameter elements held by one rank of pipeline stage i."""
+    m = ctx.model
+    i = np.asarray(i)
+    if m.states_only:
+        return _w(m.total_params()) / (_w(p.tp) * _w(p.pp)), _w(0.0)
+    Li = layers_on_stage(ctx, p, i)
+    frac_moe = m.n_moe_layers / m.layers
+    dense_layer = ((1 - frac_moe) * layer_params_rank(m, p.tp, False)
+                   + frac_moe * layer_params_rank(m, p.tp, True)) if m.is_moe else layer_params_rank(m, p.tp, False)
+    Vp = vocab_padded(ctx, p)
+    first = i == 0
+    last = i == _w(p.pp) - 1
+    emb = Vp * m.hidden / _w(p.tp) + m.position_params()
+    out = np.where(m.tied_embeddings & (_w(p.pp) == 1), 0.0, Vp * m.hidden / _w(p.tp))
+    dense = Li * dense_layer + np.where(first, emb, 0.0) + np.where(last, out + m.norm_params(), 0.0)
+    expert = Li * frac_moe * expert_layer_params_rank(m, p.ep, p.t_exp)
+    return dense, expert
+
+
+def largest_unit_rank(ctx, p):
+    """Ψ_u,max per rank: the largest FSDP unit (one layer incl. its experts, or the embedding)."""
+    m = ctx.model
+    if m.states_only:
+        return _w(m.largest_unit_params())
+    layer = layer_params_rank(m, p.tp, m.is_moe) + expert_layer_params_rank(m, p.ep, p.t_exp)
+    return np.maximum(layer, vocab_padded(ctx, p) * m.hidden / _w(p.tp))
+
+
+def shard_groups(ctx, p):
+    """(N_dense, N_expert): sizes of the ZeRO/FSDP sharding groups (dp_shard [× cp]; expert-DP)."""
+    cp_in = _w(p.cp) if _zero_over_cp(p) else 1.0
+    n_dense = np.maximum(_w(p.dp) / _w(p.dp_replicate), 1.0) * cp_in
+    d_exp = _w(ctx.world) / (_w(p.t_exp) * _w(p.ep) * _w(p.pp))
+    n_exp = np.maximum(d_exp / _w(p.dp_replicate), 1.0)
+    return n_dense, n_exp
+
+
+def _zero_over_cp(p):
+    z = getattr(p, "zero_over_cp", True)
+    return bool(z) if np.ndim(z) == 0 else z
+
+
+def k1_active(p):
+    """K1: pipeline micro-batching with ZeRO-2/3 → torch pipelining + FSDP2 in-step placement."""
+    return (_w(p.pp) > 1) & (_w(p.zero) >= 2) & (_w(p.g_mode) >= 1)
+
+
+# ---- model states ---------------------------------------------------------------------------
+def model_state_bytes(ctx, p, i):
+    """(params, grads, optimizer) bytes on one rank of stage i (§2.1–2.3, K1/T22)."""
+    t = ctx.train
+    bP, bG, bM, bO = t.widths
+    bGr = t.b_G_reduce
+    dense, expert = stage_param_counts(ctx, p, i)
+    nd, ne = shard_groups(ctx, p)
+    pm, gm, om, off = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode), _w(p.off)
+    phi = _w(p.offload_fraction)
+    k1 = k1_active(p)
+
+    def one(psi, n):
+        fP = np.where(pm == 0, 1.0, 1.0 / n)
+        fG = np.where(gm == 0, 1.0, 1.0 / n)
+        fO = np.where(om == 0, 1.0, 1.0 / n)
+        params = bP * psi * np.where(off >= 3, 0.0, fP)
+        grads = bG * psi * np.where(off >= 2, 0.0, fG)
+        opt = (bO + bM) * psi * fO * np.where(off >= 1, 1.0 - phi, 1.0)
+        # K1: P gathered for the whole step (when sharded), G accumulated unsharded at reduce width
+        params = np.where(k1 & (pm > 0), bP * psi, params)
+        grads = np.where(k1, bGr * psi, grads)
+        return params, grads, opt
+
+    pd, gd, od = one(dense, nd)
+    pe, ge, oe = one(expert, ne)
+    params, grads, opt = pd + pe, gd + ge, od + oe
+    if t.precision == "fp8" and not ctx.model.states_only:
+        params = params + FP8_WEIGHT_CACHE_BYTES * (dense + expert)
+    return params, grads, opt
+
+
+# ---- activations ----------------------------------------------------------------------------
+def activation_bytes_per_layer(ctx, p, mode=None):
+    """Bytes one rank saves for backward in one transformer layer for one micro-batch.
+
+    mode: None → the plan's recompute code; 0 none, 1 selective, 2 full (checkpoint only).
+    Korthikanti Table 2 terms, generalized (T10 reproduces exactly for a GPT block, eager, dropout):
+      replicated under TP without SP (÷t with SP): LN1 in, QKV in, LN2 in, FC1 in (b_A·h each),
+        two residual dropout masks (1·h each, if dropout);
+      ÷t: Q (q/t) and O (q/t) at b_A, K and V at b_A·kv_loc (kv_loc = max(a_kv/t, 1)·d_h),
+        MLP internals: SwiGLU 3·b_A·f/t (gate, up, FC2 input), GeLU 2·b_A·f/t;
+      attention core: eager a·s·(2 + 3·dropout)·/t (softmax, mask, dropout output; dropped by
+        selective recompute), flash 4·a/t (fp32 log-sum-exp per head per row).
+    """
+    m, t = ctx.model, ctx.train
+    rc = _w(p.rc) if mode is None else _w(mode)
+    tp, cp = _w(p.tp), _w(p.cp)
+    bA = t.b_A
+    s_loc = t.seq_len / cp
+    sb = s_loc * _w(p.mbs)
+    h = m.hidden
+    t_sp = np.where(_w(p.sp) > 0, tp, 1.0)
+    drop = 1.0 if t.dropout else 0.0
+    kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
+    repl = (4 * bA * h + 2 * drop * h) / t_sp
+    qkvo = (2 * bA * m.q_width / tp) + 2 * bA * kv_loc
+    if t.attention == "eager":
+        core = m.heads * t.seq_len * (2.0 + 3.0 * drop) / tp   # per token: a·s_full scores
+    else:
+        core = 4.0 * m.heads / tp
+    if m.is_moe:
+        fe = m.f_expert / _w(p.t_exp)
+        k = m.top_k
+        mlp_moe = k * ((3 if m.gated_mlp else 2) * bA * fe + bA * h) + 4.0 * m.num_experts
+        mlp_dense = (3 if m.gated_mlp else 2) * bA * m.ffn_hidden / tp
+        fm = m.n_moe_layers / m.layers
+        mlp = fm * mlp_moe + (1 - fm) * mlp_dense
+    else:
+        mlp = (3 if m.gated_mlp else 2) * bA * m.ffn_hidden / tp
+    full = sb * (repl + qkvo + core + mlp)
+    selective = sb * (repl + qkvo + mlp) + np.where(t.attention == "eager", 0.0, sb * core)
+    ckpt = sb * bA * h / t_sp
+    return np.where(rc == 0, full, np.where(rc == 1, selective, np.where(rc == 2, ckpt, full)))
+
+
+def in_flight(ctx, p, i):
+    """Chunk-micro-batches in flight on stage i (K6): 1F1B min(p−i, m); GPipe m;
+    interleaved min(2(p−i−1) + (v−1)·G + 1, m·v)."""
+    pp = _w(p.pp)
+    m = micro_batches(p, ctx.train.global_batch)
+    i = _w(i)
+    v = _w(p.vpp)
+    one_f = np.minimum(pp - i, m)
+    gpipe = m + 0 * i
+    inter = np.minimum(2 * (pp - i - 1) + (v - 1) * _w(p.G) + 1, m * v)
+    sched = _w(p.sched)
+    return np.where(sched == 1, inter, np.where(sched == 2, gpipe, one_f))
+
+
+def stage_activation_bytes(ctx, p, i):
+    """A_i: activations held by one rank of stage i at its peak (§2.5)."""
+    m, t = ctx.model, ctx.train
+    if m.states_only or t.states_only:
+        return _w(0.0) * _w(p.tp)
+    Li = layers_on_stage(ctx, p, i)
+    v_eff = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)
+    n_chunks = in_flight(ctx, p, i)
+    per_layer_plan = activation_bytes_per_layer(ctx, p)
+    per_layer_none = activation_bytes_per_layer(ctx, p, np.where(_w(p.rc) == 3, 0, _w(p.rc)))
+    ckpt = activation_bytes_per_layer(ctx, p, 2)
+    srec = getattr(p, "stage_recompute", ())
+    if srec:
+        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i)])
+    else:
+        rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
+    block = (_w(p.rc) == 3) | (len(srec) > 0)
+    frac = np.where(Li > 0, rl / np.maximum(Li, 1e-9), 0.0)
+    avg = np.where(block, (1 - frac) * per_layer_none + frac * ckpt, per_layer_plan)
+    layers_in_flight = n_chunks * Li / v_eff
+    acts = layers_in_flight * avg
+    # stage 0: input ids (int64) + embedding dropout mask per in-flight micro-batch, ÷ t (Megatron estimator)
+    s_loc = t.seq_len / _w(p.cp)
+    emb_term = (8.0 * s_loc * _w(p.mbs) + (s_loc * _w(p.mbs) * m.hidden if t.dropout else 0.0)) / _w(p.tp)
+    acts = acts + np.where(_w(i) == 0, (n_chunks / v_eff) * emb_term, 0.0)
+    return acts
+
+
+# ---- transient buffers ----------------------------------------------------------------------
+def logits_bytes(ctx, p):
+    """Last stage, one micro-batch: 16-bit logits + fp32 cross-entropy buffer, 6·s·b·V_pad/t (T17)."""
+    t = ctx.train
+    s_loc = t.seq_len / _w(p.cp)
+    return (t.b_A + 4.0) * s_loc * _w(p.mbs) * vocab_padded(ctx, p) / _w(p.tp)
+
+
+def transient_bytes(ctx, p, i):
+    """Short-lived buffers at the stage's peak (§2.4)."""
+    m, t = ctx.model, ctx.train
+    if m.states_only or t.states_only:
+        return _w(0.0) * _w(p.tp)
+    bP, bG = t.b_P, t.b_G
+    bGr = t.b_G_reduce
+    unit = largest_unit_rank(ctx, p)
+    dense, expert = stage_param_counts(ctx, p, i)
+    nd, _ = shard_groups(ctx, p)
+    pm, gm = _w(p.p_mode), _w(p.g_mode)
+    k1 = k1_active(p)
+    sg = np.where(~k1 & (pm == 1), FSDP_PREFETCH_UNITS * unit * bP + unit * bGr, 0.0)
+    hold = np.where(~k1 & (pm == 2), (dense + expert) * bP + unit * bGr, 0.0)
+    rs_bucket = np.where(~k1 & (pm == 0) & (gm == 1), unit * bG, 0.0)
+    last = _w(i) == _w(p.pp) - 1
+    logits = np.where(last, logits_bytes(ctx, p), 0.0)
+    kv_loc = np.maximum(m.a_kv / _w(p.tp), 1.0) * m.d_head
+    cp_kv = np.where(_w(p.cp) > 1, 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A, 0.0)
+    working = np.where((_w(p.rc) >= 2) | (len(getattr(p, "stage_recompute", ())) > 0),
+                       activation_bytes_per_layer(ctx, p, 0), 0.0)
+    return sg + hold + rs_bucket + np.maximum(logits, working) + cp_kv
+
+
+def overhead_bytes(ctx, hw, p):
+    if ctx.model.states_only or ctx.train.states_only or hw is None:
+        return _w(0.0) * _w(p.tp)
+    return _w(hw.fixed_overhead_bytes) + 0 * _w(p.tp)
+
+
+def stage_memory(ctx, hw, p, i):
+    """All memory terms of one rank of stage i; `total` is their sum."""
+    params, grads, opt = model_state_bytes(ctx, p, i)
+    acts = stage_activation_bytes(ctx, p, i)
+    trans = transient_bytes(ctx, p, i)
+    over = overhead_bytes(ctx, hw, p)
+    total = params + grads + opt + acts + trans + over
+    return {"params": params, "grads": grads, "optimizer": opt, "activations": acts,
+            "transient": trans, "overhead": over, "total": total}
+
+
+def memory_limit(hw, headroom: float = 0.0):
+    """Usable bytes per device: capacity less the allocator reserve, less the user's headroom."""
+    return hw.memory_bytes * (1.0 - hw.allocator_reserve_frac) * (1.0 - headroom)
+
+
+def peak_memory(ctx, hw, p):
+    """Max over stages. With even splits the binding stage is 0 (most in flight, embedding) or
+    p−1 (logits, output weights); middle stages are dominated by stage 0."""
+    m0 = stage_memory(ctx, hw, p, 0)
+    ml = stage_memory(ctx, hw, p, _w(p.pp) - 1)
+    return np.maximum(m0["total"], ml["total"]), m0, ml

@@ -1,0 +1,78 @@
+"""Collective time on a hierarchical topology (alpha-beta, bus-bandwidth factors; §3.1, §6).
+
+Which ranks an axis groups depends on the rank order: Megatron `tp-cp-ep-dp-pp` and torchtitan
+`pp-dp_replicate-fsdp-cp-tp` both make tp innermost (contiguous ranks). An axis of size n and stride
+σ keeps k = clamp(D/σ, 1, n) members inside one scale-up domain of D GPUs; the other n/k groups are
+reached over the NIC. Hierarchical algorithms (intra reduce-scatter → inter all-reduce of the 1/k
+shard → intra all-gather) give
+
+  AR(S) = 2(k−1)/k · S/B_intra + 2(g−1)/g · (S/k)/B_inter + α terms,      g = n/k
+  RS(S) = AG(S) = half of that;  A2A(S) = (k−1)/n · S/B_intra + (n−k)/n · S/B_inter
+  P2P(S) = S/B + α (B intra when both ends share a domain)
+
+with B_intra the profile's achievable bus bandwidth inside the domain and B_inter the achievable per-GPU
+NIC bandwidth (every GPU drives its own NIC on DGX-class nodes). Latency: α_intra per ring step
+inside the domain, α_inter·2⌈log₂ g⌉ (tree) across domains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.cost.memory import _w
+
+
+def axis_strides(p):
+    """Stride of each mesh axis in global rank order (numpy-broadcastable)."""
+    tp, cp, dp, r = _w(p.tp), _w(p.cp), _w(p.dp), _w(p.dp_replicate)
+    n = dp / r
+    order = _w(p.order)
+    s_tp = 1.0 + 0 * tp
+    s_cp = tp
+    s_dp_shard = tp * cp
+    s_dp_rep = tp * cp * n
+    s_pp = tp * cp * dp
+    # expert axis: Megatron carves ep right after etp inside the dp×cp×tp block; torchtitan from fsdp
+    s_ep = np.where(order == 0, _w(p.t_exp), tp)
+    return {"tp": s_tp, "cp": s_cp, "dp_shard": s_dp_shard, "dp_replicate": s_dp_rep, "dp": s_dp_shard,
+            "pp": s_pp, "ep": s_ep}
+
+
+def members_per_domain(n, stride, domain):
+    n, stride = _w(n), _w(stride)
+    return np.clip(np.floor(_w(domain) / stride), 1.0, n)
+
+
+def _links(hw, n, stride):
+    k = members_per_domain(n, stride, hw.scaleup_domain)
+    g = np.maximum(_w(n) / k, 1.0)
+    return k, g
+
+
+def allreduce_time(hw, S, n, stride):
+    k, g = _links(hw, n, stride)
+    bw = 2.0 * (k - 1.0) / k * S / hw.intra_bw + 2.0 * (g - 1.0) / g * (S / k) / hw.inter_bw
+    lat = 2.0 * (k - 1.0) * hw.intra_latency + np.where(g > 1, 2.0 * np.ceil(np.log2(g)) * hw.inter_latency, 0.0)
+    return np.where(_w(n) > 1, bw + lat, 0.0)
+
+
+def gather_time(hw, S, n, stride):
+    """All-gather or reduce-scatter of a tensor of full size S."""
+    k, g = _links(hw, n, stride)
+    bw = (k - 1.0) / k * S / hw.intra_bw + (g - 1.0) / g * (S / k) / hw.inter_bw
+    lat = (k - 1.0) * hw.intra_latency + np.where(g > 1, np.ceil(np.log2(g)) * hw.inter_latency, 0.0)
+    return np.where(_w(n) > 1, bw + lat, 0.0)
+
+
+def alltoall_time(hw, S, n, stride):
+    k, g = _links(hw, n, stride)
+    n = _w(n)
+    bw = (k - 1.0) / n * S / hw.intra_bw + (n - k) / n * S / hw.inter_bw
+    lat = (k - 1.0) * hw.intra_latency + (n - k) * hw.inter_latency / np.maximum(k, 1.0)
+    return np.where(n > 1, bw + lat, 0.0)
+
+
+def p2p_time(hw, S, stride):
+    """One message to the next pipeline stage (stride σ ranks away)."""
+    intra = _w(stride) < hw.scaleup_domain
+    return np.where(intra, S / hw.intra_bw + hw.intra_latency, S / hw.inter_bw + hw.inter_latency)

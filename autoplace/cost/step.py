@@ -1,0 +1,269 @@
+"""Step time: compute + exposed communication + pipeline schedule + optimizer (numpy-broadcastable).
+
+Per micro-batch and stage i: t_f,i and t_b,i from autoplace.cost.compute plus the exposed TP/CP/EP
+collectives of its layers (autoplace.cost.network). Pipeline (Narayanan et al. 2021 Eq. 1 generalized
+to unequal stages): with v chunks per device and t_i = t_f,i + t_b,i,
+
+  T_pipe = (m·v − 1) · max_i t_i / v + Σ_i t_i / v
+
+which is (m + p − 1)·t for equal stages, bubble (p − 1)/(v·m + p − 1) of the total (§3.4, T12).
+DP reductions overlap the backward they follow (bucketed; exposed = what exceeds the window plus a
+one-bucket tail); FSDP all-gathers are prefetched under compute; ZeRO-2/3 traffic repeats per
+micro-batch unless K1 applies. Then optimizer (memory-bound Adam, or CPU Adam under offload),
+host-link offload traffic and a fixed per-step overhead.
+
+`evaluate` returns every term; the breakdown terms sum to `step_s`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.cost import comm as C
+from autoplace.cost import compute as K
+from autoplace.cost import memory as Mm
+from autoplace.cost import network as N
+from autoplace.cost.memory import _w
+from autoplace.plan import micro_batches
+
+BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
+             "ep_comm", "optimizer", "offload", "overhead")
+ADAM_BYTES_EXTRA = 3   # per param: read G, write zeroed G, read G for the norm (× b_G)
+
+
+def _per_layer_comm(ctx, hw, p):
+    """Exposed TP/CP/EP time per layer per micro-batch: (tp_f, tp_b, tp_rc, cp_f, cp_b, ep_f, ep_b)."""
+    m, t = ctx.model, ctx.train
+    st = N.axis_strides(p)
+    tp = _w(p.tp)
+    T = _w(p.mbs) * t.seq_len / _w(p.cp)
+    unit = N.gather_time(hw, T * m.hidden * t.b_A, tp, st["tp"])     # one AG or RS of bsh
+    sp = _w(p.sp) > 0
+    f_units = 4.0
+    b_units = np.where(sp, 6.0, 4.0)
+    rc_units = 4.0
+    gqa = np.where(m.a_kv < tp, N.gather_time(hw, T * (m.heads + 2 * m.a_kv) * m.d_head * t.b_A, tp, st["tp"]), 0.0)
+    tp_f = np.where(tp > 1, f_units * unit + gqa, 0.0)
+    tp_b = np.where(tp > 1, b_units * unit + gqa, 0.0)
+    tp_rc = np.where(tp > 1, rc_units * unit + gqa, 0.0)
+    # CP: ring K/V exchange overlapped with the attention core
+    kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
+    S_kv = 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A
+    cp_one = N.gather_time(hw, S_kv, p.cp, st["cp"])
+    # EP: dispatch + combine all-to-all, forward and backward
+    if m.is_moe:
+        t_sp = np.where(sp, tp, 1.0)
+        S_ep = _w(p.mbs) * t.seq_len / (_w(p.cp) * t_sp) * m.top_k * m.hidden * t.b_A
+        a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"]) * (m.n_moe_layers / m.layers)
+    else:
+        a2a = _w(0.0)
+    return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a
+
+
+def stage_times(ctx, hw, p):
+    """Per-micro-batch times for the first, a middle and the last stage (dicts of arrays)."""
+    m = ctx.model
+    lt = K.layer_compute_times(ctx, hw, p)
+    ht = K.head_compute_times(ctx, hw, p)
+    tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b = _per_layer_comm(ctx, hw, p)
+    overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
+    tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
+    tp_b_exp = np.where(overlap_tp, np.maximum(tp_b - lt["gemm_b"], 0.0) + tp_b / 8.0, tp_b)
+    tp_rc_exp = np.where(overlap_tp, np.maximum(tp_rc - lt["gemm_f"], 0.0) + tp_rc / 8.0, tp_rc)
+    cp_f = np.maximum(cp_f1 - lt["attn_f"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
+    cp_b = np.maximum(cp_b1 - lt["attn_b"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
+    comp_f = lt["gemm_f"] + lt["attn_f"] + lt["elem_f"] + lt["attn_elem_f"]
+    comp_b = lt["gemm_b"] + lt["attn_b"] + lt["elem_b"] + lt["attn_elem_b"]
+    # recompute per layer: full → forward again (with its TP collectives); selective → attention core
+    rc = _w(p.rc)
+    rc_full = comp_f
+    rc_sel = lt["attn_f"] + lt["attn_elem_f"]
+    # TP: embedding (AR fwd | RS fwd + AG bwd) and output layer (AR bwd | AG fwd + RS bwd + re-AG)
+    st = N.axis_strides(p)
+    T = _w(p.mbs) * ctx.train.seq_len / _w(p.cp)
+    unit = N.gather_time(hw, T * m.hidden * ctx.train.b_A, p.tp, st["tp"])
+    sp = _w(p.sp) > 0
+    ce = 3.0 * N.allreduce_time(hw, T * 4.0, p.tp, st["tp"])
+    out = {}
+    for kind, first, last in (("first", True, False), ("middle", False, False), ("last", False, True)):
+        idx = 0 if first else (_w(p.pp) - 1 if last else 1)
+        Li = Mm.layers_on_stage(ctx, p, 0) if not getattr(p, "layer_split", ()) else _w(
+            np.asarray(p.layer_split, dtype=float)[int(np.clip(idx if np.ndim(idx) == 0 else 0, 0, len(p.layer_split) - 1))])
+        srec = getattr(p, "stage_recompute", ())
+        if srec:
+            j = int(np.clip(idx if np.ndim(idx) == 0 else 0, 0, len(srec) - 1))
+            rl = _w(srec[j])
+        else:
+            rl = np.where(rc == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
+        block = (rc == 3) | (len(srec) > 0)
+        n_rc_full = np.where(block, rl, np.where(rc == 2, Li, 0.0))
+        n_rc_sel = np.where(rc == 1, Li, 0.0)
+        f = Li * (comp_f + tp_f_exp + cp_f + ep_f)
+        b = Li * (comp_b + tp_b_exp + cp_b + ep_b)
+        r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
+        comp = Li * (comp_f + comp_b)
+        tpc = Li * (tp_f_exp + tp_b_exp) + n_rc_full * tp_rc_exp
+        cpc = Li * (cp_f + cp_b) + n_rc_full * cp_f
+        epc = Li * (ep_f + ep_b) + n_rc_full * ep_f
+        rcc = n_rc_full * rc_full + n_rc_sel * rc_sel
+        if first:
+            f = f + ht["emb_f"] + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
+            b = b + ht["emb_b"]
+            comp = comp + ht["emb_f"] + ht["emb_b"]
+            tpc = tpc + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
+        if last or (first and False):
+            pass
+        is_last = last
+        if first:
+            is_last = _w(p.pp) == 1
+        head_f = ht["logits_f"] + np.where(_w(p.tp) > 1, np.where(sp, 1.0, 0.0) * unit + ce / 2, 0.0)
+        head_b = ht["logits_b"] + np.where(_w(p.tp) > 1, np.where(sp, 2.0, 2.0) * unit + ce / 2, 0.0)
+        f = f + np.where(is_last, head_f, 0.0)
+        b = b + np.where(is_last, head_b, 0.0)
+        comp = comp + np.where(is_last, ht["logits_f"] + ht["logits_b"], 0.0)
+        tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
+        out[kind] = {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc}
+    return out, lt, ht
+
+
+def _dp_exposed(ctx, hw, p, t_f, t_b, i):
+    """Exposed DP-family communication time per step for stage i (and the total, for reporting)."""
+    t = ctx.train
+    st = N.axis_strides(p)
+    bP, bG = t.b_P, t.b_G
+    bGr = t.b_G_reduce
+    dense, expert = Mm.stage_param_counts(ctx, p, i)
+    psi = dense + expert
+    nd, _ = Mm.shard_groups(ctx, p)
+    r = _w(p.dp_replicate)
+    m = micro_batches(p, t.global_batch)
+    pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
+    k1 = Mm.k1_active(p)
+    grp = _w(p.dp) * _w(p.cp)
+    s_shard = st["tp"]                                   # dp×cp group: stride tp (cp inner to dp)
+    s_rep = st["dp_replicate"]
+    ddp = N.allreduce_time(hw, psi * bG, grp, s_shard)
+    rsG = N.gather_time(hw, psi * bG, nd, s_shard)
+    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard)
+    agP = N.gather_time(hw, psi * bP, nd, s_shard)
+    inter = N.allreduce_time(hw, psi * np.where(k1, bGr, bG) / nd, r, s_rep)
+    ov = _w(p.dp_overlap) > 0
+    win_b = np.where(ov, t_b, 0.0)
+    win_f = np.where(ov, t_f, 0.0)
+    Li = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0)
+    # DDP / ZeRO-1: one reduction during the last backward; ZeRO-1 AG(P) under the next forward
+    ex0 = np.maximum(ddp - win_b, 0.0) + ddp / Li
+    tot0 = ddp
+    ex1 = np.maximum(rsG + inter - win_b, 0.0) + (rsG + inter) / Li + np.maximum(agP - win_f, 0.0) + agP / Li
+    tot1 = rsG + inter + agP
+    # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
+    ex2 = m * (np.maximum(rsG + inter - win_b, 0.0) + (rsG + inter) / Li) + np.maximum(agP - win_f, 0.0) + agP / Li
+    tot2 = m * (rsG + inter) + agP
+    # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch
+    ex3 = m * (np.maximum(agP - win_f, 0.0) + agP / Li + np.maximum(agP + rsG + inter - win_b, 0.0) + rsG / Li)
+    tot3 = m * (2 * agP + rsG + inter)
+    exh = m * (np.maximum(agP - win_f, 0.0) + agP / Li + np.maximum(rsG + inter - win_b, 0.0) + rsG / Li)
+    toth = m * (agP + rsG + inter)
+    # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last backward
+    n_ag = np.where(pm == 1, m + 1.0, 1.0)
+    exk = np.maximum(rsGr + inter - win_b, 0.0) + (rsGr + inter) / Li + np.where(pm >= 1, n_ag * agP / Li, agP / Li) \
+        + np.where(pm == 0, np.maximum(agP - win_f, 0.0), 0.0)
+    totk = rsGr + inter + n_ag * agP
+    exposed = np.where(om == 0, ex0, np.where(gm == 0, ex1, np.where(k1, exk,
+                       np.where(pm == 0, ex2, np.where(pm == 1, ex3, exh)))))
+    total = np.where(om == 0, tot0, np.where(gm == 0, tot1, np.where(k1, totk,
+                     np.where(pm == 0, tot2, np.where(pm == 1, tot3, toth)))))
+    single = (grp <= 1)
+    return np.where(single, 0.0, exposed), np.where(single, 0.0, total)
+
+
+def _optimizer_time(ctx, hw, p, i):
+    t = ctx.train
+    dense, expert = Mm.stage_param_counts(ctx, p, i)
+    nd, ne = Mm.shard_groups(ctx, p)
+    om = _w(p.o_mode)
+    local = np.where(om == 0, dense + expert, dense / nd + expert / ne)
+    per_param = 2.0 * (t.b_O + t.b_M) + ADAM_BYTES_EXTRA * t.b_G + t.b_P
+    phi = np.where(_w(p.off) >= 1, _w(p.offload_fraction), 0.0)
+    gpu = K.membound_time(hw, local * (1 - phi) * per_param, 4)
+    cpu = local * phi / hw.cpu_adam_params_per_s
+    return np.maximum(gpu, cpu) + np.where(phi > 0, 0.0, 0.0)
+
+
+def evaluate(ctx, hw, p, headroom: float = 0.0):
+    """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput."""
+    m, t = ctx.model, ctx.train
+    pp = _w(p.pp)
+    mb = micro_batches(p, t.global_batch)
+    v = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)
+    sts, lt, ht = stage_times(ctx, hw, p)
+    fs, ms, ls = sts["first"], sts["middle"], sts["last"]
+    # p = 1: "first" already carries the logits; middle/last are absent
+    t_first = fs["f"] + fs["b"]
+    t_mid = ms["f"] + ms["b"]
+    t_last = ls["f"] + ls["b"]
+    one = pp == 1
+    t_max = np.where(one, t_first, np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0)))
+    t_sum = np.where(one, t_first, t_first + t_last + np.maximum(pp - 2, 0.0) * t_mid)
+    # PP p2p: per micro-batch, each chunk boundary crossing costs one message each way on the critical path
+    st = N.axis_strides(p)
+    X = C.p2p_message_bytes(ctx, p)
+    p2p = N.p2p_time(hw, X, st["pp"])
+    pp_comm = np.where(one, 0.0, 2.0 * mb * v * p2p)
+    T_pipe = (mb * v - 1.0) * t_max / v + t_sum / v
+    # binding stage for the breakdown: the slowest
+    slow_first = (t_first >= t_last) | one
+    bind = {k: np.where(slow_first, fs[k], np.where(t_last >= t_mid, ls[k], ms[k])) for k in fs}
+    compute = mb * bind["compute"]
+    recompute = mb * bind["recompute"]
+    tp_comm = mb * bind["tp"]
+    cp_comm = mb * bind["cp"]
+    ep_comm = mb * bind["ep"]
+    pp_bubble = np.maximum(T_pipe - mb * t_max, 0.0)
+    stage_sum = compute + recompute + tp_comm + cp_comm + ep_comm
+    # the slowest stage's own work may be less than m·t_max when another stage binds: move the gap to bubble
+    pp_bubble = pp_bubble + np.maximum(mb * t_max - stage_sum, 0.0)
+    # DP: binding stage (first stage holds the embedding; use the larger of first/last)
+    ex0, tot0 = _dp_exposed(ctx, hw, p, fs["f"], fs["b"], 0)
+    exl, totl = _dp_exposed(ctx, hw, p, ls["f"], ls["b"], pp - 1)
+    dp_exposed = np.maximum(ex0, exl)
+    dp_total = np.maximum(tot0, totl)
+    optimizer = np.maximum(_optimizer_time(ctx, hw, p, 0), _optimizer_time(ctx, hw, p, pp - 1))
+    off_bytes = np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1))
+    offload = off_bytes / hw.host_bw
+    overhead = _w(hw.step_overhead_s) + 0 * pp
+    step = compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + pp_comm + dp_exposed \
+        + optimizer + offload + overhead
+    W = ctx.world
+    mflops = K.model_flops_per_step(ctx)
+    # hardware FLOPs add the recomputed forward work
+    rc_flops_frac = np.where(_w(p.rc) == 2, 1.0 / 3.0, np.where(_w(p.rc) == 1, 0.0, 0.0))
+    peak = K.gemm_peak(hw, t)
+    attn_share = _attn_flop_share(ctx)
+    hflops = mflops * (1.0 + np.where(_w(p.rc) == 2, 1.0 / 3.0,
+                                      np.where(_w(p.rc) == 1, attn_share / 3.0,
+                                               np.where(_w(p.rc) == 3, _w(p.recompute_layers) * pp / max(m.layers, 1) / 3.0, 0.0))))
+    peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p)
+    limit = Mm.memory_limit(hw, headroom)
+    return {
+        "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
+        "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
+        "ep_comm": ep_comm, "optimizer": optimizer, "offload": offload, "overhead": overhead,
+        "dp_comm_total": dp_total, "dp_comm_overlapped": np.maximum(dp_total - dp_exposed, 0.0),
+        "tokens_per_s_per_gpu": t.tokens_per_step / step / W,
+        "tflops_per_gpu": mflops / step / W / 1e12,
+        "mfu": mflops / step / W / peak, "hfu": hflops / step / W / peak,
+        "model_flops": mflops + 0 * step, "bubble_fraction": pp_bubble / step,
+        "peak_bytes": peak_mem, "limit_bytes": limit + 0 * peak_mem, "fits": peak_mem <= limit,
+        "micro_batches": mb + 0 * step,
+    }
+
+
+def _attn_flop_share(ctx):
+    """Share of model FLOPs in the attention core (selective recompute repeats its forward)."""
+    m, t = ctx.model, ctx.train
+    if m.states_only:
+        return 0.0
+    full = K.model_flops_per_step(ctx)
+    attn = t.tokens_per_step * 12.0 * m.layers * t.seq_len * m.q_width
+    return attn / full

@@ -1,0 +1,279 @@
+"""The `Plan`: one parallelization of one training job — the single source of truth for degrees.
+
+Mesh (placement_semantics.md §1.2): W = dp_replicate · dp_shard · cp · tp · pp (dense), with expert
+parallelism carved out of the dense grid: W = d_exp · ep · etp · pp (experts). dp = dp_replicate ·
+dp_shard. Micro-batches per step m = B / (mbs · dp) (Narayanan §3.1).
+
+Cost functions never branch on Python strings: they read the integer codes (`rc`, `sched`, `off`,
+`zero`, ...) which a `Plan` exposes as scalars and a `PlanBatch` (autoplace.search) as numpy arrays,
+so one function evaluates one plan or a million.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from autoplace.errors import InputError
+
+RECOMPUTE = ("none", "selective", "full", "block")      # rc codes 0..3
+SCHEDULES = ("1f1b", "interleaved", "gpipe")            # sched codes 0..2
+OFFLOAD = ("none", "optimizer", "grads", "params")      # off codes 0..3 (each implies the ones before)
+RANK_ORDERS = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")          # order codes 0 (Megatron), 1 (torchtitan)
+
+_ALIASES = {
+    "dp_shard": "dp_shard", "fsdp": "dp_shard", "n": "dp_shard",
+    "dp_replicate": "dp_replicate", "replicate": "dp_replicate", "r": "dp_replicate", "hsdp": "dp_replicate",
+    "tp": "tp", "t": "tp", "pp": "pp", "p": "pp", "vpp": "vpp", "v": "vpp", "cp": "cp", "c": "cp",
+    "ep": "ep", "e": "ep", "etp": "etp", "dp": "dp", "d": "dp", "zero": "zero", "sp": "sp",
+    "recompute": "recompute", "ac": "recompute", "recompute_layers": "recompute_layers",
+    "offload": "offload", "offload_fraction": "offload_fraction", "phi": "offload_fraction",
+    "mbs": "mbs", "micro_batch": "mbs", "b": "mbs", "schedule": "schedule",
+    "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
+    "order": "rank_order", "reshard": "reshard_after_forward",
+    "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap",
+    "dp_overlap": "dp_overlap", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
+    "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 0                      # expert tensor parallel size; 0 → tp
+    dp: int = 0                       # 0 → derived W / (tp·pp·cp)
+    dp_replicate: int = 1             # HSDP replicate degree r; dp_shard n = dp / r
+    zero: int = 0                     # 0 DDP, 1 optimizer, 2 +gradients, 3 +parameters (FSDP)
+    reshard_after_forward: bool = True  # zero=3: True FULL_SHARD (SG), False SHARD_GRAD_OP (SG-hold)
+    sp: bool = False
+    recompute: str = "none"
+    recompute_layers: int = 0         # block recompute: layers per stage fully recomputed
+    offload: str = "none"
+    offload_fraction: float = 1.0     # φ for optimizer offload
+    mbs: int = 1
+    schedule: str = "1f1b"
+    vpp_group: int = 0                # interleaved micro-batch group size G; 0 → pp (Megatron default)
+    rank_order: str = "tp-cp-ep-dp-pp"
+    tp_overlap: bool = False          # TP comm overlapped with GEMMs (Megatron tp-comm-overlap, needs SP)
+    dp_overlap: bool = True           # DP grad reduction overlapped with backward (bucketed)
+    layer_split: tuple = ()           # uneven layers per stage (CP-SAT); () → even L/pp
+    stage_recompute: tuple = ()       # per-stage number of fully recomputed layers (CP-SAT)
+    dp_modes: str = ""                # explicit (P/G/O) modes on the shard axis, e.g. "R/S/S"; "" → from zero
+    zero_axes: str = "dp,cp"          # axes the ZeRO/FSDP group spans (Megatron: dp×cp)
+    omit: tuple = ()                  # obligations deliberately dropped (negative controls; GI/SC rules)
+
+    # ---- placement on the data-parallel shard axis (codes: see placement.modes) ---------------
+    @property
+    def p_mode(self) -> int:
+        """0 R, 1 SG, 2 SG-hold."""
+        if self.dp_modes:
+            return _mode_codes(self.dp_modes)[0]
+        return 0 if self.zero < 3 else (1 if self.reshard_after_forward else 2)
+
+    @property
+    def g_mode(self) -> int:
+        """0 R, 1 S (S-reduced), 2 SG (ill-formed for G, rule C5)."""
+        if self.dp_modes:
+            return _mode_codes(self.dp_modes)[1]
+        return 1 if self.zero >= 2 else 0
+
+    @property
+    def o_mode(self) -> int:
+        """0 R, 1 S."""
+        if self.dp_modes:
+            return _mode_codes(self.dp_modes)[2]
+        return 1 if self.zero >= 1 else 0
+
+    @property
+    def zero_over_model_axis(self) -> bool:
+        axes = [a.strip() for a in self.zero_axes.split(",") if a.strip()]
+        return any(a in ("tp", "pp") for a in axes)
+
+    @property
+    def zero_over_cp(self) -> bool:
+        return "cp" in [a.strip() for a in self.zero_axes.split(",")]
+
+    # ---- integer codes read by the cost model (scalars here, arrays in a PlanBatch) ------------
+    @property
+    def rc(self) -> int:
+        return RECOMPUTE.index(self.recompute)
+
+    @property
+    def sched(self) -> int:
+        return SCHEDULES.index(self.schedule)
+
+    @property
+    def off(self) -> int:
+        return OFFLOAD.index(self.offload)
+
+    @property
+    def order(self) -> int:
+        return RANK_ORDERS.index(self.rank_order)
+
+    @property
+    def hold(self) -> bool:
+        """SG-hold: zero-3 parameters kept gathered from forward through backward."""
+        return self.zero == 3 and not self.reshard_after_forward
+
+    @property
+    def t_exp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def dp_shard(self) -> int:
+        return self.dp // self.dp_replicate if self.dp_replicate else 0
+
+    @property
+    def G(self) -> int:
+        return self.vpp_group or self.pp
+
+    @property
+    def v(self) -> int:
+        return self.vpp if self.schedule == "interleaved" else 1
+
+    def with_(self, **kw) -> "Plan":
+        return replace(self, **kw)
+
+    def resolved(self, world: int) -> "Plan":
+        """Fill dp from the world size when omitted (0 if it does not divide: rule C2 reports it)."""
+        if self.dp:
+            return self
+        denom = self.tp * self.pp * self.cp
+        return replace(self, dp=world // denom if denom and world % denom == 0 else 0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["dp_shard"] = self.dp_shard
+        d["etp"] = self.t_exp
+        d["vpp_group"] = self.G
+        d["layer_split"] = list(self.layer_split)
+        d["stage_recompute"] = list(self.stage_recompute)
+        d["omit"] = list(self.omit)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        for k in ("layer_split", "stage_recompute", "omit"):
+            if k in kw:
+                kw[k] = tuple(kw[k])
+        return cls(**kw)
+
+    def short(self) -> str:
+        parts = [f"dp={self.dp}"]
+        if self.dp_replicate > 1:
+            parts[-1] += f"({self.dp_replicate}x{self.dp_shard})"
+        parts += [f"tp={self.tp}", f"pp={self.pp}"]
+        if self.v > 1:
+            parts.append(f"vpp={self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep={self.ep}")
+        parts.append(f"zero={self.zero}" + ("(hold)" if self.hold else ""))
+        if self.sp:
+            parts.append("sp")
+        parts.append(f"rc={self.recompute}" + (f":{self.recompute_layers}" if self.rc == 3 else ""))
+        if self.off:
+            parts.append(f"off={self.offload}")
+        parts.append(f"mbs={self.mbs}")
+        return ",".join(parts)
+
+
+_BOOL = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False,
+         "no": False}
+
+
+def _coerce(key: str, val: str):
+    f = {f.name: f for f in fields(Plan)}[key]
+    typ = f.type
+    try:
+        if typ == "bool":
+            return _BOOL[val.lower()]
+        if typ == "int":
+            return int(val)
+        if typ == "float":
+            return float(val)
+        if typ == "tuple" and key == "omit":
+            return tuple(x for x in val.replace("/", ":").split(":") if x)
+        if typ == "tuple":
+            return tuple(int(x) for x in val.replace("/", ":").split(":") if x)
+    except (KeyError, ValueError):
+        raise InputError(f"--plan: '{key}={val}' is not a valid {typ}") from None
+    if key == "dp_modes":
+        _mode_codes(val)
+        return val
+    if key == "zero_axes":
+        return val.replace(":", ",").replace("/", ",")
+    if key == "recompute":
+        val = {"sel": "selective", "off": "none", "no": "none", "0": "none"}.get(val, val)
+        if val not in RECOMPUTE:
+            raise InputError(f"--plan: recompute must be one of {', '.join(RECOMPUTE)}, got '{val}'")
+    if key == "schedule":
+        val = {"interleaved-1f1b": "interleaved", "interleaved1f1b": "interleaved"}.get(val.lower(), val.lower())
+        if val not in SCHEDULES:
+            raise InputError(f"--plan: schedule must be one of {', '.join(SCHEDULES)}, got '{val}'")
+    if key == "offload":
+        val = {"opt": "optimizer", "optim": "optimizer", "param": "params", "cpu": "optimizer"}.get(val, val)
+        if val not in OFFLOAD:
+            raise InputError(f"--plan: offload must be one of {', '.join(OFFLOAD)}, got '{val}'")
+    if key == "rank_order":
+        val = {"megatron": "tp-cp-ep-dp-pp", "torchtitan": "pp-dp-cp-tp"}.get(val, val)
+        if val not in RANK_ORDERS:
+            raise InputError(f"--plan: rank_order must be one of {', '.join(RANK_ORDERS)} "
+                             f"(or megatron/torchtitan), got '{val}'")
+    return val
+
+
+def parse_plan(text: str | None) -> Plan:
+    """Parse 'tp=8,pp=4,vpp=2,zero=1,sp=1,recompute=selective,mbs=1,schedule=interleaved'.
+
+    Omitted keys take defaults; dp is derived from the GPU count when omitted. A `vpp > 1` without a
+    schedule implies the interleaved schedule.
+    """
+    kw: dict = {}
+    for item in (text or "").replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise InputError(f"--plan: '{item}' is not key=value (e.g. tp=8)")
+        k, v = (s.strip() for s in item.split("=", 1))
+        key = _ALIASES.get(k) or _ALIASES.get(k.lower())
+        if key is None:
+            raise InputError(f"--plan: unknown key '{k}'; valid keys: "
+                             f"{', '.join(sorted(set(_ALIASES.values())))}")
+        kw[key] = _coerce(key, v)
+    if "zero" in kw and kw["zero"] not in (0, 1, 2, 3):
+        raise InputError(f"--plan: zero must be 0, 1, 2 or 3, got {kw['zero']}")
+    for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate"):
+        if k in kw and kw[k] < 1:
+            raise InputError(f"--plan: {k} must be ≥ 1, got {kw[k]}")
+    if kw.get("vpp", 1) > 1 and "schedule" not in kw:
+        kw["schedule"] = "interleaved"
+    return Plan(**kw)
+
+
+_PMODES = {"R": 0, "SG": 1, "SG-HOLD": 2, "HOLD": 2}
+_GMODES = {"R": 0, "S": 1, "SG": 2}
+_OMODES = {"R": 0, "S": 1}
+
+
+def _mode_codes(text: str) -> tuple[int, int, int]:
+    parts = [x.strip().upper() for x in text.replace(":", "/").split("/")]
+    if len(parts) != 3:
+        raise InputError(f"--plan: dp_modes must be P/G/O, e.g. R/S/S, got '{text}'")
+    p, g, o = parts
+    try:
+        return _PMODES[p], _GMODES[g], _OMODES[o]
+    except KeyError:
+        raise InputError(f"--plan: dp_modes '{text}': P in R|SG|SG-hold, G in R|S, O in R|S") from None
+
+
+def micro_batches(plan, global_batch):
+    """m = B / (b · dp) (D4; broadcastable). Non-divisible batches give a fractional m that rule D4 flags."""
+    return global_batch / (plan.mbs * plan.dp)

@@ -1,0 +1,61 @@
+"""Rendering for humans (rich tables). No cost logic here: everything comes from the documents."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+GIB = 2**30
+
+
+def gib(x: float) -> str:
+    return f"{x / GIB:,.2f}"
+
+
+def render_estimate(doc: dict, console: Console | None = None) -> None:
+    con = console or Console()
+    p = doc["plan"]
+    con.print(f"[bold]{doc['model']['name']}[/] on {doc['hardware']['gpus']} × {doc['hardware']['name']}  "
+              f"plan dp={p['dp']} (replicate {p['dp_replicate']} × shard {p['dp_shard']}) tp={p['tp']} pp={p['pp']} "
+              f"vpp={p['vpp']} cp={p['cp']} ep={p['ep']} zero={p['zero']} sp={int(p['sp'])} "
+              f"recompute={p['recompute']} offload={p['offload']} mbs={p['mbs']} schedule={p['schedule']}")
+    if not doc["legal"]:
+        t = Table(title="illegal plan: violated rules", title_style="bold red")
+        t.add_column("rule")
+        t.add_column("reason")
+        for v in doc["violations"]:
+            t.add_row(v["rule"], v["message"])
+        con.print(t)
+        return
+    mem = doc["memory"]
+    t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
+                    f"{'fits' if mem['fits'] else 'DOES NOT FIT'}")
+    cols = ("params", "grads", "optimizer", "activations", "transient", "overhead", "total")
+    t.add_column("stage", justify="right")
+    for c in cols:
+        t.add_column(c, justify="right")
+    rows = mem["per_stage"]
+    show = rows if len(rows) <= 6 else rows[:2] + rows[-2:]
+    for s in show:
+        t.add_row(str(s["stage"]), *[gib(s[c]) for c in cols],
+                  style="bold" if s["stage"] == mem["binding_stage"] else None)
+    con.print(t)
+    c = doc["communication"]["bytes_per_step"]
+    ct = Table(title="communication per rank per step (GB)")
+    for k in c:
+        ct.add_column(k, justify="right")
+    ct.add_row(*[f"{v / 1e9:,.3f}" for v in c.values()])
+    con.print(ct)
+    if "time" in doc:
+        tm = doc["time"]
+        tt = Table(title=f"step {tm['step_s']:.3f} s · {tm['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
+                         f"MFU {tm['mfu']:.1%} · HFU {tm['hfu']:.1%} · {tm['tflops_per_gpu']:.0f} TFLOP/s/GPU")
+        tt.add_column("term")
+        tt.add_column("seconds", justify="right")
+        tt.add_column("share", justify="right")
+        for k, v in tm["breakdown_s"].items():
+            if v > 0:
+                tt.add_row(k, f"{v:.4f}", f"{v / tm['step_s']:.1%}")
+        con.print(tt)
+    for n in doc.get("notes", []):
+        con.print(f"[dim]{n['rule']}: {n['message']}[/]")

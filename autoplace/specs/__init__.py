@@ -1,0 +1,1 @@
+"""Frozen input specifications: model, hardware, training."""
