@@ -24,9 +24,12 @@ def _ceil_to(x, q):
 
 
 def gemm_time(hw, M, N, K, dtype_bytes, peak):
-    """Roofline time of one (M×K)·(K×N) GEMM on one device."""
+    """Roofline time of one (M×K)·(K×N) GEMM on one device, with tile and wave quantization:
+    output tiles = ⌈M/q⌉·⌈N/q⌉ run in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs."""
     q = hw.gemm_tile
-    flops = 2.0 * _ceil_to(M, q) * _ceil_to(N, q) * _w(K)
+    tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
+    waves = np.ceil(tiles / hw.sm_count)
+    flops = 2.0 * waves * hw.sm_count * q * q * _w(K)
     bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
     return np.maximum(flops / (peak * hw.gemm_efficiency), bytes_ / (hw.hbm_bw * hw.hbm_efficiency)) \
         + hw.kernel_overhead_s
@@ -79,9 +82,14 @@ def layer_compute_times(ctx, hw, p):
     gf = _w(0.0)
     gbk = _w(0.0)
     flops = _w(0.0)
+    # weight-gradient GEMMs of the column-parallel layers (QKV, FC1): Megatron overlaps the TP
+    # collective on their input gradient with them (async TP all-reduce / reduce-scatter in backward)
+    wgrad_col = gemm_time(hw, shapes[0][2], shapes[0][1], shapes[0][0], gb, peak)
     for (M, N, K) in shapes:
         f, b = gemm_fwd_bwd(hw, M, N, K, gb, peak)
         gf, gbk, flops = gf + f, gbk + b, flops + 2 * M * N * K
+    for (M, N, K) in shapes_mlp[:1]:
+        wgrad_col = wgrad_col + (1 - fm) * gemm_time(hw, K, N, M, gb, peak)
     for (M, N, K) in shapes_mlp:
         f, b = gemm_fwd_bwd(hw, M, N, K, gb, peak)
         gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * M * N * K
@@ -112,8 +120,9 @@ def layer_compute_times(ctx, hw, p):
     else:
         # batched GEMMs of (s × d_h × s) per head, roofline; then the s² elementwise kernels
         B = _w(p.mbs) * heads_loc
-        qk = gemm_time(hw, T, t.seq_len, m.d_head, bA, peak16)
-        pv = gemm_time(hw, T, m.d_head, t.seq_len, bA, peak16)
+        Sq = t.seq_len / cp                                       # query rows per sequence
+        qk = gemm_time(hw, Sq, t.seq_len, m.d_head, bA, peak16)
+        pv = gemm_time(hw, Sq, m.d_head, t.seq_len, bA, peak16)
         attn_f = B * (qk - hw.kernel_overhead_s + pv - hw.kernel_overhead_s) + 2 * hw.kernel_overhead_s
         attn_b = 2.0 * attn_f
         drop = 1.0 if t.dropout else 0.0
@@ -134,7 +143,7 @@ def layer_compute_times(ctx, hw, p):
     cast = 3.0 * T * (2 * h + q_loc + f_dense) if t.precision == "fp8" else 0.0   # fp8 input casts
     elem_f = membound_time(hw, h_bytes + act_bytes + rope + cast, 8)
     elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + cast, 10)
-    return {"gemm_f": gf, "gemm_b": gbk, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
+    return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops}
 
 

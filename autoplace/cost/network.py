@@ -49,19 +49,23 @@ def _links(hw, n, stride):
     return k, g
 
 
-def allreduce_time(hw, S, n, stride):
+def allreduce_time(hw, S, n, stride, n_coll=1.0):
+    """All-reduce: ring inside the domain, tree (2⌈log₂ g⌉ steps) across domains."""
     k, g = _links(hw, n, stride)
     bw = 2.0 * (k - 1.0) / k * S / hw.intra_bw + 2.0 * (g - 1.0) / g * (S / k) / hw.inter_bw
     lat = 2.0 * (k - 1.0) * hw.intra_latency + np.where(g > 1, 2.0 * np.ceil(np.log2(g)) * hw.inter_latency, 0.0)
-    return np.where(_w(n) > 1, bw + lat, 0.0)
+    return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 
 
-def gather_time(hw, S, n, stride):
-    """All-gather or reduce-scatter of a tensor of full size S."""
+def gather_time(hw, S, n, stride, n_coll=1.0):
+    """All-gather or reduce-scatter of a tensor of full size S, issued as n_coll collectives.
+
+    NCCL runs AG/RS as rings only: n − 1 steps, each as slow as its slowest hop (α_inter once the
+    ring leaves the domain), so latency grows linearly with the group (unlike the all-reduce tree)."""
     k, g = _links(hw, n, stride)
     bw = (k - 1.0) / k * S / hw.intra_bw + (g - 1.0) / g * (S / k) / hw.inter_bw
-    lat = (k - 1.0) * hw.intra_latency + np.where(g > 1, np.ceil(np.log2(g)) * hw.inter_latency, 0.0)
-    return np.where(_w(n) > 1, bw + lat, 0.0)
+    lat = (_w(n) - 1.0) * np.where(g > 1, hw.inter_latency, hw.intra_latency)
+    return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 
 
 def alltoall_time(hw, S, n, stride):

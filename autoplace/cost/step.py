@@ -26,9 +26,15 @@ from autoplace.cost import network as N
 from autoplace.cost.memory import _w
 from autoplace.plan import micro_batches
 
+DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket (torch DDP 25 MiB, Megatron ~40M elements, DeepSpeed 5e8)
 BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
              "ep_comm", "optimizer", "offload", "overhead")
-ADAM_BYTES_EXTRA = 3   # per param: read G, write zeroed G, read G for the norm (× b_G)
+def optimizer_bytes_per_param(t) -> float:
+    """HBM bytes one optimizer step moves per local parameter (mixed-precision Adam, fused):
+    moments + master read and written (2·b_O); gradient read for the norm, read by the step and
+    zeroed (3·b_G); an fp32 main-grad copy unscaled, checked, read and zeroed (4·b_M); the master →
+    compute-copy cast (4 + b_P)."""
+    return 2.0 * t.b_O + 3.0 * t.b_G + 4.0 * t.b_M + t.b_P + 4.0
 
 
 def _per_layer_comm(ctx, hw, p):
@@ -46,6 +52,9 @@ def _per_layer_comm(ctx, hw, p):
     tp_f = np.where(tp > 1, f_units * unit + gqa, 0.0)
     tp_b = np.where(tp > 1, b_units * unit + gqa, 0.0)
     tp_rc = np.where(tp > 1, rc_units * unit + gqa, 0.0)
+    # backward units that overlap the column-parallel weight-gradient GEMMs: without SP the two
+    # input-gradient all-reduces (4 units); with SP the two reduce-scatters and two re-all-gathers
+    tp_b_ovl = np.where(tp > 1, 4.0 * unit, 0.0)
     # CP: ring K/V exchange overlapped with the attention core
     kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
     S_kv = 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A
@@ -57,7 +66,7 @@ def _per_layer_comm(ctx, hw, p):
         a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"]) * (m.n_moe_layers / m.layers)
     else:
         a2a = _w(0.0)
-    return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a
+    return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a, tp_b_ovl
 
 
 def stage_times(ctx, hw, p):
@@ -65,10 +74,12 @@ def stage_times(ctx, hw, p):
     m = ctx.model
     lt = K.layer_compute_times(ctx, hw, p)
     ht = K.head_compute_times(ctx, hw, p)
-    tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b = _per_layer_comm(ctx, hw, p)
+    tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
     tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
-    tp_b_exp = np.where(overlap_tp, np.maximum(tp_b - lt["gemm_b"], 0.0) + tp_b / 8.0, tp_b)
+    # backward: async input-gradient collectives hide behind the column-parallel wgrad GEMMs
+    tp_b_async = (tp_b - tp_b_ovl) + np.maximum(tp_b_ovl - lt["wgrad_col"], 0.0)
+    tp_b_exp = np.where(overlap_tp, np.maximum(tp_b - lt["gemm_b"], 0.0) + tp_b / 8.0, tp_b_async)
     tp_rc_exp = np.where(overlap_tp, np.maximum(tp_rc - lt["gemm_f"], 0.0) + tp_rc / 8.0, tp_rc)
     cp_f = np.maximum(cp_f1 - lt["attn_f"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
     cp_b = np.maximum(cp_b1 - lt["attn_b"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
@@ -142,11 +153,14 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     grp = _w(p.dp) * _w(p.cp)
     s_shard = st["tp"]                                   # dp×cp group: stride tp (cp inner to dp)
     s_rep = st["dp_replicate"]
-    ddp = N.allreduce_time(hw, psi * bG, grp, s_shard)
-    rsG = N.gather_time(hw, psi * bG, nd, s_shard)
-    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard)
-    agP = N.gather_time(hw, psi * bP, nd, s_shard)
-    inter = N.allreduce_time(hw, psi * np.where(k1, bGr, bG) / nd, r, s_rep)
+    Lc = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0) + 1.0          # FSDP units: layers + embedding/head
+    buckets = np.maximum(psi * bG / DP_BUCKET_BYTES, 1.0)               # DDP / ZeRO-1/2 gradient buckets
+    ncoll = np.where(pm >= 1, Lc, buckets)
+    ddp = N.allreduce_time(hw, psi * bG, grp, s_shard, buckets)
+    rsG = N.gather_time(hw, psi * bG, nd, s_shard, ncoll)
+    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll)
+    agP = N.gather_time(hw, psi * bP, nd, s_shard, ncoll)
+    inter = N.allreduce_time(hw, psi * np.where(k1, bGr, bG) / nd, r, s_rep, ncoll)
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b, 0.0)
     win_f = np.where(ov, t_f, 0.0)
@@ -183,7 +197,7 @@ def _optimizer_time(ctx, hw, p, i):
     nd, ne = Mm.shard_groups(ctx, p)
     om = _w(p.o_mode)
     local = np.where(om == 0, dense + expert, dense / nd + expert / ne)
-    per_param = 2.0 * (t.b_O + t.b_M) + ADAM_BYTES_EXTRA * t.b_G + t.b_P
+    per_param = optimizer_bytes_per_param(t)
     phi = np.where(_w(p.off) >= 1, _w(p.offload_fraction), 0.0)
     gpu = K.membound_time(hw, local * (1 - phi) * per_param, 4)
     cpu = local * phi / hw.cpu_adam_params_per_s

@@ -39,6 +39,7 @@ class HardwareSpec:
     # compute efficiency (fitted per profile, one set for all models)
     gemm_efficiency: float = 0.8            # achievable fraction of peak on large GEMMs
     gemm_tile: int = 128                    # tile edge for wave/tile quantization of GEMM dims
+    sm_count: int = 108                     # streaming multiprocessors (CUs): GEMM wave quantization
     kernel_overhead_s: float = 5e-6         # launch/tail overhead per GEMM or fused kernel
     attention_efficiency: float = 0.6       # fraction of peak for the attention core (flash)
     hbm_efficiency: float = 0.8             # achievable fraction of hbm_bw for memory-bound kernels
