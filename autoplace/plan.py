@@ -30,7 +30,7 @@ _ALIASES = {
     "mbs": "mbs", "micro_batch": "mbs", "b": "mbs", "schedule": "schedule",
     "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
     "order": "rank_order", "reshard": "reshard_after_forward",
-    "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap",
+    "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap", "tp_async": "tp_async", "dp_bucket_mb": "dp_bucket_mb", "bucket_mb": "dp_bucket_mb",
     "dp_overlap": "dp_overlap", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
     "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
 }
@@ -58,7 +58,11 @@ class Plan:
     vpp_group: int = 0                # interleaved micro-batch group size G; 0 → pp (Megatron default)
     rank_order: str = "tp-cp-ep-dp-pp"
     tp_overlap: bool = False          # TP comm overlapped with GEMMs (Megatron tp-comm-overlap, needs SP)
+    tp_async: bool = True             # backward TP collectives overlap the column-parallel wgrad GEMMs
+                                      # (Megatron async TP all-reduce/reduce-scatter, default since late 2021)
     dp_overlap: bool = True           # DP grad reduction overlapped with backward (bucketed)
+    dp_bucket_mb: float = 0.0         # DP collective granularity in MB (DeepSpeed buckets); 0 → FSDP per-layer
+                                      # units for ZeRO-3 and 64 MiB gradient buckets otherwise
     layer_split: tuple = ()           # uneven layers per stage (CP-SAT); () → even L/pp
     stage_recompute: tuple = ()       # per-stage number of fully recomputed layers (CP-SAT)
     dp_modes: str = ""                # explicit (P/G/O) modes on the shard axis, e.g. "R/S/S"; "" → from zero

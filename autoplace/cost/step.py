@@ -78,7 +78,7 @@ def stage_times(ctx, hw, p):
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
     tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
     # backward: async input-gradient collectives hide behind the column-parallel wgrad GEMMs
-    tp_b_async = (tp_b - tp_b_ovl) + np.maximum(tp_b_ovl - lt["wgrad_col"], 0.0)
+    tp_b_async = np.where(_w(p.tp_async) > 0, (tp_b - tp_b_ovl) + np.maximum(tp_b_ovl - lt["wgrad_col"], 0.0), tp_b)
     tp_b_exp = np.where(overlap_tp, np.maximum(tp_b - lt["gemm_b"], 0.0) + tp_b / 8.0, tp_b_async)
     tp_rc_exp = np.where(overlap_tp, np.maximum(tp_rc - lt["gemm_f"], 0.0) + tp_rc / 8.0, tp_rc)
     cp_f = np.maximum(cp_f1 - lt["attn_f"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
@@ -151,11 +151,14 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
     k1 = Mm.k1_active(p)
     grp = _w(p.dp) * _w(p.cp)
-    s_shard = st["tp"]                                   # dp×cp group: stride tp (cp inner to dp)
+    s_shard = st["cp"]                                   # dp×cp group: stride = tp degree (cp inner to dp)
     s_rep = st["dp_replicate"]
     Lc = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0) + 1.0          # FSDP units: layers + embedding/head
     buckets = np.maximum(psi * bG / DP_BUCKET_BYTES, 1.0)               # DDP / ZeRO-1/2 gradient buckets
     ncoll = np.where(pm >= 1, Lc, buckets)
+    bucket_mb = _w(getattr(p, "dp_bucket_mb", 0.0))
+    ncoll = np.where(bucket_mb > 0, np.maximum(psi * bP / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), ncoll)
+    buckets = np.where(bucket_mb > 0, np.maximum(psi * bG / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), buckets)
     ddp = N.allreduce_time(hw, psi * bG, grp, s_shard, buckets)
     rsG = N.gather_time(hw, psi * bG, nd, s_shard, ncoll)
     rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll)
