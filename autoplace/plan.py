@@ -19,6 +19,7 @@ RECOMPUTE = ("none", "selective", "full", "block")      # rc codes 0..3
 SCHEDULES = ("1f1b", "interleaved", "gpipe")            # sched codes 0..2
 OFFLOAD = ("none", "optimizer", "grads", "params")      # off codes 0..3 (each implies the ones before)
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")          # order codes 0 (Megatron), 1 (torchtitan)
+MAX_DEGREE = 2**20                                       # keeps every product inside int64
 
 _ALIASES = {
     "dp_shard": "dp_shard", "fsdp": "dp_shard", "n": "dp_shard",
@@ -257,6 +258,12 @@ def parse_plan(text: str | None) -> Plan:
     for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate"):
         if k in kw and kw[k] < 1:
             raise InputError(f"--plan: {k} must be ≥ 1, got {kw[k]}")
+    for k in ("etp", "dp", "vpp_group", "recompute_layers"):
+        if k in kw and kw[k] < 0:
+            raise InputError(f"--plan: {k} must be ≥ 0, got {kw[k]}")
+    for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "dp_replicate", "mbs", "vpp_group"):
+        if k in kw and kw[k] > MAX_DEGREE:
+            raise InputError(f"--plan: {k}={kw[k]} is larger than {MAX_DEGREE}")
     if kw.get("vpp", 1) > 1 and "schedule" not in kw:
         kw["schedule"] = "interleaved"
     return Plan(**kw)
@@ -280,4 +287,6 @@ def _mode_codes(text: str) -> tuple[int, int, int]:
 
 def micro_batches(plan, global_batch):
     """m = B / (b · dp) (D4; broadcastable). Non-divisible batches give a fractional m that rule D4 flags."""
-    return global_batch / (plan.mbs * plan.dp)
+    import numpy as np
+    denom = np.asarray(plan.mbs) * np.asarray(plan.dp)
+    return global_batch / np.where(denom >= 1, denom, 1)   # dp < 1 is rule C2's to report

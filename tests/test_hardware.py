@@ -129,9 +129,10 @@ def test_peak_bf16_matches_validation_table(stem):
 
 @pytest.mark.parametrize("stem", sorted(README_MAMF_TFLOPS))
 def test_gemm_efficiency_reproduces_measured_mamf(stem):
+    """Sustained GEMM efficiency = 0.92 × the measured MAMF ceiling on every GPU (one methodology)."""
     hw = load_hardware(stem)
-    assert hw.gemm_efficiency * hw.peak("bf16") == pytest.approx(README_MAMF_TFLOPS[stem] * 1e12,
-                                                                 rel=0.01)
+    assert hw.gemm_efficiency / 0.92 * hw.peak("bf16") == pytest.approx(README_MAMF_TFLOPS[stem] * 1e12,
+                                                                        rel=0.01)
 
 
 @pytest.mark.parametrize("stem", GPU_PROFILES)

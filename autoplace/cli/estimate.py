@@ -55,8 +55,11 @@ def register(app: typer.Typer) -> None:
             world = check_gpus(gpus)
             m = resolve_model(model, params)
             hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
-            train = build_training(m, seq_len, global_batch, precision, regime, attention, dropout, states_only)
             p = parse_plan(plan)
+            if global_batch is None and (states_only or m.states_only):
+                r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
+                global_batch = max(r.dp, 1) * r.mbs
+            train = build_training(m, seq_len, global_batch, precision, regime, attention, dropout, states_only)
         doc = run(m, hw, train, p, world, headroom)
         if as_json:
             print_json(doc)

@@ -52,9 +52,9 @@ def dp_volumes(ctx, p, i):
         # DDP: all-reduce over the whole data group (replicate × shard × cp)
         ddp = ar(psi * bG, full_group)
         z1 = rs(psi * bG, n) + ag(psi * bP, n)
-        z2 = rs(psi * bG, n) * m + ag(psi * bP, n)
-        z3 = m * (2.0 * ag(psi * bP, n) + rs(psi * bG, n))
-        hold = m * (ag(psi * bP, n) + rs(psi * bG, n))
+        z2 = rs(psi * bGr, n) * m + ag(psi * bP, n)
+        z3 = m * (2.0 * ag(psi * bP, n) + rs(psi * bGr, n))
+        hold = m * (ag(psi * bP, n) + rs(psi * bGr, n))
         k1v = rs(psi * bGr, n) + z3_regather * np.where(pm > 0, ag(psi * bP, n), 0.0) \
             + np.where(pm == 0, ag(psi * bP, n), 0.0)
         intra = np.where(om == 0, 0.0,
@@ -62,7 +62,7 @@ def dp_volumes(ctx, p, i):
                                   np.where(k1, k1v, np.where(pm == 0, z2, np.where(pm == 1, z3, hold)))))
         # inter: HSDP all-reduce of the 1/n shard over r (per micro-batch when G is reduced per micro-step)
         reduces = np.where((gm >= 1) & ~k1, m, 1.0)
-        inter = np.where(om == 0, ddp, reduces * ar(psi * np.where(k1, bGr, bG) / n, r))
+        inter = np.where(om == 0, ddp, reduces * ar(psi * np.where(gm >= 1, bGr, bG) / n, r))
         return intra, inter
 
     cp_in = np.where(_w(getattr(p, "zero_over_cp", True)) > 0, 1.0, _w(p.cp))
@@ -115,7 +115,7 @@ def tp_bytes_stage(ctx, p, i):
     Li = layers_on_stage(ctx, p, i)
     srec = getattr(p, "stage_recompute", ())
     if srec:
-        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i)])
+        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i).astype(int)])
     else:
         rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
     block = (_w(p.rc) == 3) | (len(srec) > 0)

@@ -38,7 +38,7 @@ def layers_on_stage(ctx, p, i):
     """L_i: layers on pipeline stage i (even L/pp unless the plan gives layer_split)."""
     split = getattr(p, "layer_split", ())
     if split:
-        return _w(np.asarray(split, dtype=float)[np.asarray(i)])
+        return _w(np.asarray(split, dtype=float)[np.asarray(i).astype(int)])
     return _w(ctx.model.layers) / _w(p.pp)
 
 
@@ -220,7 +220,7 @@ def stage_activation_bytes(ctx, p, i):
     ckpt = activation_bytes_per_layer(ctx, p, 2)
     srec = getattr(p, "stage_recompute", ())
     if srec:
-        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i)])
+        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i).astype(int)])
     else:
         rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
     block = (_w(p.rc) == 3) | (len(srec) > 0)

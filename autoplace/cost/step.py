@@ -160,10 +160,10 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     ncoll = np.where(bucket_mb > 0, np.maximum(psi * bP / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), ncoll)
     buckets = np.where(bucket_mb > 0, np.maximum(psi * bG / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), buckets)
     ddp = N.allreduce_time(hw, psi * bG, grp, s_shard, buckets)
-    rsG = N.gather_time(hw, psi * bG, nd, s_shard, ncoll)
+    rsG = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, ncoll)
     rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll)
     agP = N.gather_time(hw, psi * bP, nd, s_shard, ncoll)
-    inter = N.allreduce_time(hw, psi * np.where(k1, bGr, bG) / nd, r, s_rep, ncoll)
+    inter = N.allreduce_time(hw, psi * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, ncoll)
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b, 0.0)
     win_f = np.where(ov, t_f, 0.0)

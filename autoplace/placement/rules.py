@@ -102,6 +102,18 @@ def _layers_ok(ctx, p):
     return _a(L % _a(p.pp) == 0)
 
 
+def _stage_recompute_bad(ctx, p) -> bool:
+    srec = getattr(p, "stage_recompute", ())
+    if not srec or np.ndim(p.tp):
+        return False
+    if len(srec) != int(p.pp) or min(srec) < 0:
+        return True
+    if not ctx.shaped:
+        return False
+    split = getattr(p, "layer_split", ()) or (ctx.model.layers // max(int(p.pp), 1),) * int(p.pp)
+    return any(r > l for r, l in zip(srec, split))
+
+
 def _m(ctx, p):
     return micro_batches(p, ctx.train.global_batch)
 
@@ -168,9 +180,10 @@ RULES: list[Rule] = [
          lambda c, p: _d5_message(c, p)),
     Rule("D6", "divisibility", "experts divisible by ep; W divisible by etp·ep·pp",
          lambda c, p: ((_a(p.ep) > 1) & (not _moe(c)))
-         | ((c.model.num_experts % _a(p.ep) != 0) if _moe(c) else _false(p))
-         | (c.world % (_a(p.t_exp) * _a(p.ep) * _a(p.pp)) != 0)
-         | ((_a(p.ep) > 1) & ((_a(p.dp) * _a(p.cp) * _a(p.tp)) % (_a(p.ep) * _a(p.t_exp)) != 0)),
+         | (((c.model.num_experts % _a(p.ep) != 0)
+             | (c.world % (_a(p.t_exp) * _a(p.ep) * _a(p.pp)) != 0)
+             | ((_a(p.ep) > 1) & ((_a(p.dp) * _a(p.cp) * _a(p.tp)) % (_a(p.ep) * _a(p.t_exp)) != 0)))
+            if _moe(c) else _false(p)),
          lambda c, p: (f"ep={p.ep} on a dense model (no experts)" if not _moe(c) else
                        f"num_experts={c.model.num_experts} % ep={p.ep} ≠ 0 or {c.world} GPUs not divisible by "
                        f"etp·ep·pp = {p.t_exp}·{p.ep}·{p.pp}")),
@@ -184,7 +197,7 @@ RULES: list[Rule] = [
          lambda c, p: ((_a(p.off) >= 1) & (_a(p.o_mode) == 0))
          | ((_a(p.off) >= 2) & (_a(p.g_mode) == 0))
          | ((_a(p.off) == 3) & (_a(p.p_mode) != 1))
-         | ((_a(p.offload_fraction) <= 0) | (_a(p.offload_fraction) > 1)),
+         | ~((_a(p.offload_fraction) > 0) & (_a(p.offload_fraction) <= 1)),
          lambda c, p: (f"offload={p.offload} needs "
                        + {1: "ZeRO ≥ 1 (sharded optimizer state)", 2: "ZeRO ≥ 2 (sharded gradients)",
                           3: "ZeRO-3 with resharding (parameter offload is ZeRO-3 only in DeepSpeed)"}.get(p.off, "")
@@ -203,9 +216,12 @@ RULES: list[Rule] = [
          illegal=False),
     Rule("R1", "semantic", "recompute layers within the stage",
          lambda c, p: ((_a(p.rc) == 3) & ((_a(p.recompute_layers) < 0)
-                                          | ((_a(p.recompute_layers) * _a(p.pp) > c.model.layers) if c.shaped else _false(p)))),
-         lambda c, p: f"recompute=block with recompute_layers={p.recompute_layers} exceeds the "
-                      f"{c.model.layers // max(p.pp, 1)} layers of a stage"),
+                                          | ((_a(p.recompute_layers) * _a(p.pp) > c.model.layers) if c.shaped else _false(p))))
+         | _a(_stage_recompute_bad(c, p)),
+         lambda c, p: (f"stage_recompute {list(p.stage_recompute)} needs pp={p.pp} entries, each between 0 "
+                       "and the stage's layer count" if _stage_recompute_bad(c, p) else
+                       f"recompute=block with recompute_layers={p.recompute_layers} exceeds the "
+                       f"{c.model.layers // max(p.pp, 1)} layers of a stage")),
     # ---- correctness conditions ----------------------------------------------------------------
     Rule("GI", "GI", "gradient integrity",
          lambda c, p: _a(bool(_omitted(c, p, "GI"))),
