@@ -29,12 +29,12 @@ def cli_errors(fn):
     return wrapper
 
 
-def resolve_model(model: str | None, params: str | None):
+def resolve_model(model: str | None, params: str | None, largest_layer: float | None = None):
     """--model NAME|config.json|DIR or --params COUNT → ModelSpec."""
     from autoplace.specs.model import params_only
     if params is not None:
         try:
-            return params_only(float(params))
+            return params_only(float(params), largest_unit=largest_layer)
         except ValueError:
             raise InputError(f"--params must be a number like 7.5e9, got '{params}'") from None
     if not model:

@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
     def estimate(
         model: Optional[str] = typer.Option(None, "--model", "-m", help="preset (13b, llama3-70b, …) or HF config.json path"),
         params: Optional[str] = typer.Option(None, "--params", help="bare parameter count, e.g. 7.5e9 (model states only)"),
+        largest_layer: Optional[float] = typer.Option(None, "--largest-layer", help="Ψ_max with --params (DeepSpeed estimator term)"),
         gpus: int = typer.Option(..., "--gpus", "-n", help="total GPUs (world size)"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml path"),
@@ -53,7 +54,7 @@ def register(app: typer.Typer) -> None:
             m, hw, train, p, world, _ = read_plan_file(plan_file)
         else:
             world = check_gpus(gpus)
-            m = resolve_model(model, params)
+            m = resolve_model(model, params, largest_layer)
             hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
             p = parse_plan(plan)
             if global_batch is None and (states_only or m.states_only):

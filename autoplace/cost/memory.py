@@ -136,6 +136,9 @@ def model_state_bytes(ctx, p, i):
         params = bP * psi * np.where(off >= 3, 0.0, fP)
         grads = bG * psi * np.where(off >= 2, 0.0, fG)
         opt = (bO + bM) * psi * fO * np.where(off >= 1, 1.0 - phi, 1.0)
+        # DeepSpeed ZeRO-3 reduces 16-bit grads straight into the fp32 partition (b_M): no 16-bit shard
+        if t.regime == "deepspeed":
+            grads = np.where(pm >= 1, 0.0, grads)
         # K1: P gathered for the whole step (when sharded), G accumulated unsharded at reduce width
         params = np.where(k1 & (pm > 0), bP * psi, params)
         grads = np.where(k1, bGr * psi, grads)
@@ -247,6 +250,9 @@ def transient_bytes(ctx, p, i):
     """Short-lived buffers at the stage's peak (§2.4)."""
     m, t = ctx.model, ctx.train
     if m.states_only or t.states_only:
+        if t.regime == "deepspeed":
+            # DeepSpeed estimators: largest layer gathered with its 16-bit grads, 4·Ψ_max (§2.3, T7)
+            return np.where(_w(p.p_mode) >= 1, (t.b_P + t.b_G) * _w(m.largest_unit_params()) / _w(p.tp), 0.0)
         return _w(0.0) * _w(p.tp)
     bP, bG = t.b_P, t.b_G
     bGr = t.b_G_reduce

@@ -46,6 +46,7 @@ class ModelSpec:
     qk_norm: bool = False                 # per-head norm on Q and K (Qwen3): two head_dim-sized norms
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
+    largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)
     source: str = "preset"
 
     def __post_init__(self) -> None:
@@ -193,7 +194,7 @@ class ModelSpec:
     def largest_unit_params(self) -> int:
         """Ψ_max: the largest FSDP unit (a layer, or the embedding table)."""
         if self.states_only:
-            return 0
+            return int(self.largest_unit_override or 0)
         layer = max(self.layer_dense_params(False) if self.n_dense_layers else 0,
                     (self.layer_dense_params(True) + self.expert_params_per_layer())
                     if self.n_moe_layers else 0)
@@ -203,14 +204,17 @@ class ModelSpec:
         return replace(self, **kw)
 
 
-def params_only(count: float, name: str | None = None) -> ModelSpec:
-    """A model known only by its parameter count (ZeRO-paper accounting)."""
+def params_only(count: float, name: str | None = None, largest_unit: float | None = None) -> ModelSpec:
+    """A model known only by its parameter count (ZeRO-paper accounting); `largest_unit` = Ψ_max."""
     n = int(round(float(count)))
     if n < 1:
         raise InputError(f"--params must be a positive number, got {count!r}")
+    if largest_unit is not None and not 0 <= float(largest_unit) <= n:
+        raise InputError(f"--largest-layer must be between 0 and --params, got {largest_unit!r}")
     # A nominal shape keeps the dataclass valid; only params_override is used downstream.
     return ModelSpec(name=name or f"{n / 1e9:g}B-params", layers=1, hidden=1, heads=1, vocab=1,
-                     ffn_hidden=1, params_override=n, source="--params")
+                     ffn_hidden=1, params_override=n, source="--params",
+                     largest_unit_override=int(round(float(largest_unit))) if largest_unit else None)
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128):

@@ -1,0 +1,277 @@
+"""Megatron-LM (`pretrain_gpt.py`) command-line arguments and the environment the plan needs.
+
+Files: ``megatron_args.txt`` (one ``--flag [value]`` per line: degrees, interleaving, SP/CP/EP,
+ZeRO path, overlap, recompute, batch, precision, model shape), ``megatron_env.sh`` (exports such as
+CUDA_DEVICE_MAX_CONNECTIONS) and ``megatron_launch.sh`` (torchrun + pretrain_gpt.py reading both).
+
+Flag semantics follow NVIDIA/Megatron-LM `megatron/training/arguments.py` (validate_args) and
+megatron-core's `ModelParallelConfig`/`TransformerConfig`, as summarised in
+shared/docs/launchers_and_libraries.md §1b:
+
+* data parallelism is derived (dp = W / (tp·pp·cp)); it is never passed;
+* interleaving is requested with ``--num-layers-per-virtual-pipeline-stage`` (there is no VPP-size
+  flag); the micro-batch group size G goes to ``--microbatch-group-size-per-virtual-pipeline-stage``
+  when it differs from Megatron's default G = pp; uneven stage splits use
+  ``--decoder-first/last-pipeline-num-layers`` (older releases too) or, when the middle stages are
+  uneven as well, ``--pipeline-model-parallel-layout`` (megatron-core ≥ 0.13);
+* ZeRO-1 is the distributed optimizer; ZeRO-2/3 use Megatron-FSDP (``--use-megatron-fsdp
+  --data-parallel-sharding-strategy optim_grads|optim_grads_params`` plus the flags its user guide
+  requires). Megatron-FSDP is chosen over ``--use-torch-fsdp2`` because it covers ZeRO-2 as well as
+  ZeRO-3 and composes with TP and EP; the torch-FSDP2 path rejects pp > 1 and ep > 1. HSDP
+  (dp_replicate > 1) is ``--num-distributed-optimizer-instances r`` on either path;
+* on GPUs before Blackwell, tp > 1 or cp > 1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1, while the FSDP
+  paths assert it is not 1 — `megatron_env.sh` sets it per plan.
+"""
+
+from __future__ import annotations
+
+from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
+                                     header_lines, join_flags, partial_job, recompute_per_stage,
+                                     zero_level)
+
+NAME = "megatron"
+FILES = ("megatron_args.txt", "megatron_env.sh", "megatron_launch.sh")
+
+
+def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
+    return _reasons(partial_job(plan, model, train, world, hw))
+
+
+def _reasons(job: ExportJob) -> list[str]:
+    plan, model, train = job.plan, job.model, job.train
+    out = common_refusals(job)
+    if not job.shaped:
+        out.append("a parameter-count-only model (--params) has no shape for --num-layers/--hidden-size")
+        return out
+    zero, hold = zero_level(plan)
+    if zero >= 2 and plan.pp > 1:
+        out.append(f"ZeRO-{zero} with pp={plan.pp}: Megatron's ZeRO-2/3 paths are FSDP "
+                   "(Megatron-FSDP is not validated with pipeline parallelism; --use-torch-fsdp2 "
+                   "asserts pp == 1); use zero=1 (distributed optimizer) with PP")
+    if hold:
+        out.append("zero=3 with reshard_after_forward=False: Megatron-FSDP always reshards parameters "
+                   "after forward (no SHARD_GRAD_OP-style hold)")
+    if plan.pp > 1 and plan.schedule == "gpipe":
+        out.append("schedule=gpipe: Megatron runs 1F1B or interleaved 1F1B only")
+    if plan.v > 1 and plan.layer_split:
+        out.append("an uneven layer_split with the interleaved schedule: give per-chunk layer counts "
+                   "(Megatron needs --pipeline-model-parallel-layout over pp·vpp chunks)")
+    if plan.tp_overlap and not (plan.sp and plan.tp > 1):
+        out.append("tp_overlap needs sequence parallelism (--tp-comm-overlap asserts --sequence-parallel)")
+    if plan.ep > 1 and plan.tp > 1 and not plan.sp:
+        out.append(f"ep={plan.ep} with tp={plan.tp} needs sequence parallelism in Megatron's MoE layers (sp=1)")
+    if plan.ep > 1 and train is not None and train.precision == "fp16":
+        out.append("expert parallelism is not supported with fp16 in Megatron (arguments.py)")
+    if plan.off >= 2:
+        out.append(f"offload={plan.offload}: Megatron offloads only optimizer state "
+                   "(--optimizer-cpu-offload); gradients and parameters stay on the GPU")
+    elif plan.off == 1 and zero != 1:
+        out.append(f"offload=optimizer with zero={zero}: Megatron's optimizer CPU offload runs with the "
+                   "distributed optimizer (zero=1)")
+    if model.attn_bias != model.mlp_bias:
+        out.append("attention and MLP biases differ (attn_bias != mlp_bias): Megatron's --disable-bias-linear "
+                   "switches all linear biases together")
+    rc = recompute_per_stage(job)
+    if isinstance(rc, str):
+        out.append(rc)
+    elif rc[0] == "block" and plan.v > 1 and rc[1] % plan.v:
+        out.append(f"block recompute of {rc[1]} layers per stage with vpp={plan.v}: Megatron's block method "
+                   f"recomputes the first N layers of each of the {plan.v} virtual chunks; "
+                   f"use a multiple of {plan.v}")
+    if plan.layer_split and plan.pp > 1:
+        split = list(plan.layer_split)
+        if len(split) != plan.pp or sum(split) != model.layers:
+            out.append(f"layer_split {split} must have pp={plan.pp} entries summing to {model.layers}")
+    return out
+
+
+def notes(job) -> list[str]:
+    job = as_job(job)
+    out = []
+    if job.plan.rank_order != "tp-cp-ep-dp-pp":
+        out.append("Megatron orders ranks tp-cp-ep-dp-pp; for dense plans that is the same grid as "
+                   "torchtitan's pp-dp-cp-tp order")
+    return out
+
+
+def flags(job: ExportJob) -> list[tuple[str, object]]:
+    """The plan as an ordered list of (flag, value) pairs; value None for a bare switch."""
+    plan, m, t = job.plan, job.model, job.train
+    zero, _ = zero_level(plan)
+    f: list[tuple[str, object]] = []
+    # ---- degrees --------------------------------------------------------------------------------
+    f.append(("--tensor-model-parallel-size", plan.tp))
+    f.append(("--pipeline-model-parallel-size", plan.pp))
+    if plan.pp > 1:
+        if plan.layer_split:
+            f += _uneven_split_flags(job)
+        if plan.v > 1:
+            f.append(("--num-layers-per-virtual-pipeline-stage", m.layers // plan.pp // plan.v))
+            if plan.G != plan.pp:
+                f.append(("--microbatch-group-size-per-virtual-pipeline-stage", plan.G))
+    if plan.sp and plan.tp > 1:
+        f.append(("--sequence-parallel", None))
+    if plan.tp_overlap:
+        f.append(("--tp-comm-overlap", None))
+    f.append(("--context-parallel-size", plan.cp))
+    if m.is_moe:
+        f.append(("--num-experts", m.num_experts))
+        f.append(("--moe-router-topk", m.top_k))
+        f.append(("--moe-ffn-hidden-size", m.f_expert))
+        if m.moe_layer_freq > 1:
+            f.append(("--moe-layer-freq", m.moe_layer_freq))
+        if m.shared_expert_ffn_hidden:
+            f.append(("--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden))
+        f.append(("--expert-model-parallel-size", plan.ep))
+        f.append(("--expert-tensor-parallel-size", plan.t_exp))
+        if plan.ep > 1:
+            f.append(("--moe-token-dispatcher-type", "alltoall"))
+    # ---- data parallel / ZeRO -------------------------------------------------------------------
+    if zero == 1:
+        f.append(("--use-distributed-optimizer", None))
+    elif zero >= 2:
+        f += [("--use-megatron-fsdp", None),
+              ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
+              ("--use-distributed-optimizer", None),
+              ("--no-gradient-accumulation-fusion", None),
+              ("--ckpt-format", "fsdp_dtensor")]
+    if zero >= 1 and plan.dp_replicate > 1:
+        f.append(("--num-distributed-optimizer-instances", plan.dp_replicate))
+    if plan.dp_overlap:
+        f.append(("--overlap-grad-reduce", None))
+        if zero >= 1:
+            f.append(("--overlap-param-gather", None))
+    if plan.off == 1:
+        f += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None),
+              ("--optimizer-offload-fraction", _num(plan.offload_fraction))]
+    # ---- recomputation --------------------------------------------------------------------------
+    kind, k = recompute_per_stage(job)
+    if kind == "selective":
+        f.append(("--recompute-granularity", "selective"))
+    elif kind == "full":
+        f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+              ("--recompute-num-layers", 1)]
+    elif kind == "block":
+        f += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+              ("--recompute-num-layers", k // plan.v)]
+    # ---- batch ----------------------------------------------------------------------------------
+    f.append(("--micro-batch-size", plan.mbs))
+    if t is not None:
+        f.append(("--global-batch-size", t.global_batch))
+        f.append(("--seq-length", t.seq_len))
+    # ---- precision ------------------------------------------------------------------------------
+    prec = t.precision if t is not None else "bf16"
+    if prec in ("bf16", "fp8"):
+        f.append(("--bf16", None))
+    elif prec == "fp16":
+        f.append(("--fp16", None))
+    if prec == "fp8":
+        f.append(("--fp8-format", "hybrid"))
+    if t is not None and t.grad_reduce_bytes == 2 and prec in ("bf16", "fp8"):
+        f.append(("--grad-reduce-in-bf16", None))
+    # ---- model shape ----------------------------------------------------------------------------
+    f.append(("--num-layers", m.layers))
+    f.append(("--hidden-size", m.hidden))
+    f.append(("--ffn-hidden-size", m.ffn_hidden))
+    f.append(("--num-attention-heads", m.heads))
+    if m.a_kv != m.heads:
+        f += [("--group-query-attention", None), ("--num-query-groups", m.a_kv)]
+    if m.head_dim and m.head_dim != m.hidden // m.heads:
+        f.append(("--kv-channels", m.head_dim))
+    seq = t.seq_len if t is not None else m.max_seq_len
+    f.append(("--max-position-embeddings", max(m.max_seq_len, seq)))
+    f.append(("--position-embedding-type", {"rope": "rope", "learned": "learned_absolute",
+                                             "none": "none"}[m.position]))
+    f.append(("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.gated_mlp:
+        f.append(("--swiglu", None))
+    if not m.attn_bias and not m.mlp_bias:
+        f.append(("--disable-bias-linear", None))
+    if not m.tied_embeddings:
+        f.append(("--untie-embeddings-and-output-weights", None))
+    if t is not None:
+        f.append(("--make-vocab-size-divisible-by", t.vocab_divisible_by))
+        if not t.dropout:
+            f += [("--attention-dropout", 0), ("--hidden-dropout", 0)]
+    return f
+
+
+def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:
+    split = [int(x) for x in job.plan.layer_split]
+    pp = len(split)
+    first, last, mid = split[0], split[-1], split[1:-1]
+    if not mid or len(set(mid)) == 1:
+        return [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
+    # explicit layout: E = embedding, t = transformer layer, L = loss; stages separated by '|'
+    stages = [f"t*{n}" if n > 1 else "t" for n in split]
+    stages[0] = "E" + stages[0]
+    stages[-1] = stages[-1] + "L"
+    assert len(stages) == pp
+    return [("--pipeline-model-parallel-layout", "|".join(stages))]
+
+
+def env(job: ExportJob) -> dict[str, str | None]:
+    """Environment variables the plan needs (None = must be unset)."""
+    plan = job.plan
+    zero, _ = zero_level(plan)
+    if zero >= 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    if plan.tp > 1 or plan.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def emit(doc_or_job) -> dict[str, str]:
+    job = as_job(doc_or_job)
+    reasons = _reasons(job)
+    if reasons:
+        raise LauncherRefusedError(NAME, reasons)
+    plan = job.plan
+    zero, _ = zero_level(plan)
+    args_text = join_flags(flags(job))
+    # env -------------------------------------------------------------------------------------------
+    e = env(job)
+    env_lines = ["# shellcheck shell=bash"] + header_lines(job, "Megatron-LM environment") + [""]
+    why = ("Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (it needs parallel CUDA streams)"
+           if zero >= 2 else
+           f"tp={plan.tp}, cp={plan.cp}: Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before "
+           "Blackwell so TP/CP communication kernels are issued in order")
+    for k, v in e.items():
+        env_lines.append(f"# {why}")
+        env_lines.append(f"unset {k}" if v is None else f"export {k}={v}")
+    if not e:
+        env_lines.append("# no environment variables required by this plan")
+    # launch ----------------------------------------------------------------------------------------
+    vocab = job.model.vocab
+    launch = ["#!/usr/bin/env bash"] + header_lines(job, "Megatron-LM launch") + [
+        "# One copy of this script runs on every node (torchrun static rendezvous, as in Megatron's",
+        "# examples). Set MEGATRON_LM to a Megatron-LM checkout; override DATA_ARGS / TRAIN_ARGS for",
+        "# a real run (the defaults train on mock data with a null tokenizer of the model's vocab).",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'source "$HERE/megatron_env.sh"',
+        'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to your Megatron-LM checkout}"',
+        f"NNODES={job.nodes}            # fixed by the plan: {job.world} GPUs",
+        f"NPROC_PER_NODE={job.nproc_per_node}",
+        'NODE_RANK="${NODE_RANK:-${SLURM_NODEID:-0}}"',
+        'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
+        'MASTER_PORT="${MASTER_PORT:-29500}"',
+        f'DATA_ARGS="${{DATA_ARGS:---mock-data --tokenizer-type NullTokenizer --vocab-size {vocab - 1}}}"',
+        'TRAIN_ARGS="${TRAIN_ARGS:---train-iters 1000 --lr 3.0e-4 --min-lr 3.0e-5 --lr-decay-style cosine '
+        '--lr-warmup-iters 100 --weight-decay 0.1 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95 '
+        '--init-method-std 0.02 --log-interval 10 --eval-iters 0}"',
+        "# plan flags: one per line in megatron_args.txt (read without glob expansion)",
+        "PLAN_ARGS=()",
+        'while read -r line; do [[ -z "$line" || "$line" == \\#* ]] && continue; '
+        'read -ra parts <<< "$line"; PLAN_ARGS+=("${parts[@]}"); done < "$HERE/megatron_args.txt"',
+        "# shellcheck disable=SC2086",
+        'exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "$NODE_RANK" \\',
+        '    --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
+        '    "$MEGATRON_LM/pretrain_gpt.py" "${PLAN_ARGS[@]}" $DATA_ARGS $TRAIN_ARGS "$@"',
+    ]
+    return {"megatron_args.txt": args_text, "megatron_env.sh": "\n".join(env_lines) + "\n",
+            "megatron_launch.sh": "\n".join(launch) + "\n"}
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"

@@ -1,0 +1,268 @@
+"""The launcher-neutral plan file (`plan.json`).
+
+One JSON document holds everything needed to re-create a chosen plan without re-running the search:
+
+```
+{
+  "schema_version": 1,
+  "generator": {"name": "autoplace", "version": "0.1.0"},
+  "model":    {ModelSpec fields},
+  "cluster":  {"hardware": {HardwareSpec fields, incl. name and source path},
+               "gpus": W, "gpus_per_node": g, "scaleup_domain": d, "nodes": n},
+  "training": {TrainingSpec fields},
+  "plan":     Plan.to_dict()  (dp resolved; dp_shard, etp and vpp_group written resolved),
+  "predicted": {...} | null,  (the numbers the plan was chosen on, as the caller gave them)
+  "derived":  {"dp": …, "micro_batches": …, "tokens_per_step": …}  (informational, ignored on read)
+}
+```
+
+`read_plan_file(write_plan_file(p, plan_document(...)))` returns the same specs: ModelSpec,
+TrainingSpec and HardwareSpec compare equal field by field; the Plan compares equal to
+`plan.resolved(world)` with `etp`/`vpp_group` in their canonical form (0 when equal to tp / pp,
+the value `parse_plan` produces). A hand-written file may give the hardware by name or path
+only (`"hardware": {"name": "h100-sxm-80gb"}`); it is then loaded from the profile.
+
+Units inside the file are those of the dataclasses: bytes, FLOP/s, bytes/s, seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, fields
+from pathlib import Path
+
+from autoplace.errors import InputError
+
+PLAN_SCHEMA_VERSION = 1
+
+_PLAN_ENUMS = {
+    "recompute": ("none", "selective", "full", "block"),
+    "schedule": ("1f1b", "interleaved", "gpipe"),
+    "offload": ("none", "optimizer", "grads", "params"),
+    "rank_order": ("tp-cp-ep-dp-pp", "pp-dp-cp-tp"),
+}
+
+
+def plan_document(model, hw, train, plan, world: int, predicted: dict | None = None) -> dict:
+    """The plan file as a dict (JSON-ready)."""
+    from autoplace import __version__
+    from autoplace.cli.common import to_jsonable
+    world = int(world)
+    plan = plan.resolved(world)
+    gpn = int(getattr(hw, "gpus_per_node", 0) or 0)
+    hw_d = asdict(hw) if hw is not None else None
+    derived = {"dp": plan.dp, "dp_shard": plan.dp_shard,
+               "tokens_per_step": train.tokens_per_step}
+    if plan.dp and train.global_batch % (plan.mbs * plan.dp) == 0:
+        derived["micro_batches"] = train.global_batch // (plan.mbs * plan.dp)
+    if not model.states_only and model.layers % plan.pp == 0:
+        derived["layers_per_stage"] = model.layers // plan.pp
+    doc = {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "generator": {"name": "autoplace", "version": __version__},
+        "model": asdict(model),
+        "cluster": {
+            "hardware": hw_d,
+            "gpus": world,
+            "gpus_per_node": gpn or None,
+            "scaleup_domain": int(getattr(hw, "scaleup_domain", 0) or 0) or None,
+            "nodes": -(-world // gpn) if gpn else None,
+        },
+        "training": asdict(train),
+        "plan": plan.to_dict(),
+        "predicted": to_jsonable(predicted) if predicted is not None else None,
+        "derived": derived,
+    }
+    return doc
+
+
+def write_plan_file(path, doc: dict) -> Path:
+    """Write the document atomically (temp file + rename); returns the path."""
+    from autoplace.cli.common import atomic_write, to_jsonable
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"plan file '{p}' is a directory; give a file name such as {p / 'plan.json'}")
+    atomic_write(p, json.dumps(to_jsonable(doc), indent=2) + "\n")
+    _chmod_readable(p)
+    return p
+
+
+def read_plan_file(path):
+    """(model, hw, train, plan, world, predicted) from a plan file; one-line InputError otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"--plan-file: '{p}' does not exist (write one with `autoplace search ... --emit DIR`)")
+    if p.is_dir():
+        cand = p / "plan.json"
+        if cand.exists():
+            p = cand
+        else:
+            raise InputError(f"--plan-file: '{p}' is a directory without a plan.json")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"--plan-file {p}: cannot read ({e})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"--plan-file {p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    return specs_from_document(doc, where=f"--plan-file {p}")
+
+
+def specs_from_document(doc, where: str = "plan document"):
+    """Validate a plan document and build (model, hw, train, plan, world, predicted)."""
+    if not isinstance(doc, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    ver = doc.get("schema_version")
+    if ver is None:
+        raise InputError(f"{where}: missing 'schema_version' (is this an autoplace plan file?)")
+    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
+        raise InputError(f"{where}: schema_version must be a positive integer, got {ver!r}")
+    if ver > PLAN_SCHEMA_VERSION:
+        raise InputError(f"{where}: schema_version {ver} is newer than this autoplace reads "
+                         f"({PLAN_SCHEMA_VERSION}); upgrade autoplace")
+    for key in ("model", "cluster", "training", "plan"):
+        if key not in doc:
+            raise InputError(f"{where}: missing field '{key}'")
+        if not isinstance(doc[key], dict):
+            raise InputError(f"{where}: '{key}' must be an object, got {type(doc[key]).__name__}")
+    model = _model(doc["model"], where)
+    world, hw = _cluster(doc["cluster"], where)
+    train = _training(doc["training"], where)
+    plan = _plan(doc["plan"], where, world)
+    pred = doc.get("predicted")
+    if pred is not None and not isinstance(pred, dict):
+        raise InputError(f"{where}: 'predicted' must be an object or null, got {type(pred).__name__}")
+    return model, hw, train, plan, world, pred
+
+
+# ---- sections ------------------------------------------------------------------------------------
+def _build(cls, d: dict, section: str, where: str):
+    fs = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(d) - set(fs))
+    if unknown:
+        raise InputError(f"{where}: {section}.{unknown[0]} is not a known field")
+    d = dict(d)
+    for k, v in d.items():   # JSON has no tuples: restore tuple-typed fields
+        f = fs[k]
+        if isinstance(v, list) and ("tuple" in str(f.type).lower() or isinstance(f.default, tuple)
+                                    or (f.default_factory is not MISSING
+                                        and isinstance(f.default_factory(), tuple))):
+            d[k] = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+    try:
+        return cls(**d)
+    except TypeError as e:
+        msg = str(e)
+        if "missing" in msg and "argument" in msg:
+            missing = msg.split(":")[-1].strip().replace("'", "")
+            raise InputError(f"{where}: {section} is missing field(s) {missing}") from None
+        raise InputError(f"{where}: {section}: {msg}") from None
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def _model(d, where):
+    from autoplace.specs.model import ModelSpec
+    return _build(ModelSpec, dict(d), "model", where)
+
+
+def _training(d, where):
+    from autoplace.specs.training import TrainingSpec
+    return _build(TrainingSpec, dict(d), "training", where)
+
+
+def _cluster(d, where):
+    from autoplace.specs.hardware import HardwareSpec, load_hardware
+    gpus = d.get("gpus")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise InputError(f"{where}: cluster.gpus must be a positive integer, got {gpus!r}")
+    hw_d = d.get("hardware")
+    if isinstance(hw_d, str):
+        hw_d = {"name": hw_d}
+    if not isinstance(hw_d, dict) or not (hw_d.get("name") or hw_d.get("source")):
+        raise InputError(f"{where}: cluster.hardware must name a GPU profile (an object with 'name')")
+    names = {f.name for f in fields(HardwareSpec)}
+    required = {f.name for f in fields(HardwareSpec)
+                if f.default is MISSING and f.default_factory is MISSING}
+    if required <= set(hw_d):
+        hw = _build(HardwareSpec, hw_d, "cluster.hardware", where)
+    else:
+        ref = hw_d.get("source") if hw_d.get("source") and Path(str(hw_d["source"])).exists() \
+            else hw_d.get("name")
+        try:
+            hw = load_hardware(str(ref))
+        except InputError as e:
+            raise InputError(f"{where}: cluster.hardware: {e}") from None
+        extra = {k: v for k, v in hw_d.items() if k in names and k not in ("name", "source")}
+        if extra:
+            hw = hw.with_(**extra)
+    ov = {}
+    for key in ("gpus_per_node", "scaleup_domain"):
+        v = d.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(f"{where}: cluster.{key} must be a positive integer, got {v!r}")
+        if v != getattr(hw, key):
+            ov[key] = v
+    if ov:
+        hw = hw.with_(**ov)
+    return gpus, hw
+
+
+def _plan(d, where, world):
+    from autoplace.plan import Plan
+    types = {f.name: f.type for f in fields(Plan)}
+    extra_ok = {"dp_shard"}
+    for k in d:
+        if k not in types and k not in extra_ok:
+            raise InputError(f"{where}: plan.{k} is not a known plan field")
+    kw = {}
+    for k, v in d.items():
+        if k in extra_ok:
+            continue
+        t = types[k]
+        ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
+              "bool": lambda x: isinstance(x, bool),
+              "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+              "str": lambda x: isinstance(x, str),
+              "tuple": lambda x: isinstance(x, list)}[t](v)
+        if not ok:
+            raise InputError(f"{where}: plan.{k} must be a{'n' if t == 'int' else ''} {t}, got {v!r}")
+        if t == "float":
+            v = float(v)
+        if k in _PLAN_ENUMS and v not in _PLAN_ENUMS[k]:
+            raise InputError(f"{where}: plan.{k} must be one of {', '.join(_PLAN_ENUMS[k])}, got {v!r}")
+        kw[k] = v
+    for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate"):
+        if k in kw and kw[k] < 1:
+            raise InputError(f"{where}: plan.{k} must be ≥ 1, got {kw[k]}")
+    if "zero" in kw and kw["zero"] not in (0, 1, 2, 3):
+        raise InputError(f"{where}: plan.zero must be 0, 1, 2 or 3, got {kw['zero']}")
+    for k in ("dp", "etp", "vpp_group", "recompute_layers"):
+        if k in kw and kw[k] < 0:
+            raise InputError(f"{where}: plan.{k} must be ≥ 0, got {kw[k]}")
+    if kw.get("dp_modes"):
+        from autoplace.plan import _mode_codes
+        try:
+            _mode_codes(kw["dp_modes"])
+        except InputError as e:
+            raise InputError(f"{where}: plan.{str(e).removeprefix('--plan: ')}") from None
+    plan = Plan.from_dict(kw)
+    # canonical form: etp / vpp_group equal to their defaults are stored as 0 (as parse_plan makes them)
+    if plan.etp == plan.tp:
+        plan = plan.with_(etp=0)
+    if plan.vpp_group == plan.pp:
+        plan = plan.with_(vpp_group=0)
+    if "dp_shard" in d and plan.dp and d["dp_shard"] != plan.dp_shard:
+        raise InputError(f"{where}: plan.dp_shard={d['dp_shard']} disagrees with dp/dp_replicate = "
+                         f"{plan.dp}/{plan.dp_replicate}")
+    return plan.resolved(world)
+
+
+def _chmod_readable(p: Path, mode: int = 0o644) -> None:
+    try:
+        p.chmod(mode)
+    except OSError:  # pragma: no cover - e.g. a filesystem without modes
+        pass
+

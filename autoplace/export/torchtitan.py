@@ -1,0 +1,350 @@
+"""torchtitan 0.2.x: the TOML job file and the equivalent `--section.option` overrides.
+
+Files: ``torchtitan_job.toml`` (load with ``--job.config_file``), ``torchtitan_overrides.txt`` (the
+same settings as ``--section.option value`` lines, which also work with torchtitan ≥ 0.3 for the
+parallelism keys), ``torchtitan_launch.sh`` and, for a model shape that is not one of torchtitan's
+llama3 flavors, ``autoplace_torchtitan_flavor.py`` (registers it; imported through
+``--experimental.custom_import``).
+
+Version gate: TOML job files exist only up to torchtitan v0.2.2 (2026-02-20). From PR #2386
+(2026-02-23, released as 0.3.0) configs are Python functions (``--module … --config …``) and
+batch sizes became token counts, so for ≥ 0.3 port these values into a config function; the
+overrides file is the part that carries over. Keys follow ``torchtitan/config/job_config.py`` @
+v0.2.2; the checks torchtitan runs at start-up (ParallelDims._validate, Trainer batch checks,
+pipeline stage split, seq_len divisor) are pre-checked here:
+
+* world = dp_replicate · dp_shard · cp · tp · pp; FSDP2 is applied whenever dp_shard > 1 or cp > 1
+  (torchtitan shards over the joint dp_shard × cp mesh); DDP only for pure data parallelism;
+* there is no ZeRO-1/2: dense state is either replicated (DDP) or fully sharded (FSDP2);
+* TP always applies sequence parallelism in 0.2.x (no switch);
+* EP borrows ranks from dp_shard·cp·tp: (dp_shard·cp·tp) % (etp·ep) == 0, ETP ∈ {1, tp};
+* pipeline: stages = ceil((L + first_less + last_less) / layers_per_stage); this emitter sets the
+  less-layers weights to 0 so every (virtual) stage holds exactly L/(pp·v) layers as the plan does;
+  with pp > 1 the whole per-rank batch B/dp is one pipeline step of m micro-batches of size mbs
+  (local_batch_size = B/dp, pipeline_parallel_microbatch_size = mbs, no gradient accumulation);
+* torch's Interleaved1F1B fixes the micro-batch group size: rounds = max(1, m // pp) and
+  G = m / rounds (m must be a multiple of rounds);
+* seq_len % (tp · 2 · cp) == 0 (ParallelDims.seq_len_divisor).
+"""
+
+from __future__ import annotations
+
+from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
+                                     header_lines, partial_job, recompute_per_stage, zero_level)
+
+NAME = "torchtitan"
+FILES = ("torchtitan_job.toml", "torchtitan_overrides.txt", "torchtitan_launch.sh",
+         "autoplace_torchtitan_flavor.py")
+VERSION = "0.2.2"
+FLAVOR_MODULE = "autoplace_torchtitan_flavor"
+_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+
+# torchtitan 0.2.2 torchtitan/models/llama3/__init__.py llama3_args (the published shapes)
+_LLAMA3_FLAVORS = {
+    "8B": dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3, multiple_of=1024,
+               vocab_size=128256),
+    "70B": dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim_multiplier=1.3, multiple_of=4096,
+                vocab_size=128256),
+    "405B": dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim_multiplier=1.2,
+                 multiple_of=4096, vocab_size=128256),
+}
+
+
+def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
+    return _reasons(partial_job(plan, model, train, world, hw))
+
+
+def interleaved_group(m: int, pp: int) -> tuple[int, bool]:
+    """(G, ok): torch's ScheduleInterleaved1F1B micro-batches per round for m micro-batches."""
+    rounds = max(1, m // pp)
+    return m // rounds, m % rounds == 0
+
+
+def _reasons(job: ExportJob) -> list[str]:
+    plan, model, train = job.plan, job.model, job.train
+    out = common_refusals(job)
+    if not job.shaped:
+        out.append("a parameter-count-only model (--params) has no shape to build a torchtitan model")
+        return out
+    zero, hold = zero_level(plan)
+    fsdp = plan.dp_shard > 1 or plan.cp > 1
+    if zero in (1, 2):
+        out.append(f"zero={zero}: torchtitan has no ZeRO-1/2; dense state is replicated (DDP) or fully "
+                   "sharded with FSDP2 (use zero=3)")
+    if zero == 0 and (plan.tp > 1 or plan.pp > 1 or plan.cp > 1):
+        out.append("zero=0 with tp/pp/cp > 1: torchtitan applies DDP only to pure data parallelism "
+                   "(\"DDP has not supported > 1D parallelism\") and always shards over cp; use zero=3")
+    if zero == 3 and plan.dp_replicate > 1 and plan.dp_shard == 1 and plan.cp == 1:
+        out.append(f"zero=3 with dp_replicate={plan.dp_replicate} and dp_shard=1 shards nothing: "
+                   "torchtitan would run DDP; set dp_replicate=1")
+    if plan.tp > 1 and not plan.sp:
+        out.append("tp > 1 without sp: torchtitan 0.2.x always applies sequence parallelism with TP (set sp=1)")
+    if plan.ep > 1:
+        if plan.t_exp not in (1, plan.tp):
+            out.append(f"etp={plan.t_exp}: torchtitan supports only etp = 1 or etp = tp")
+        if (plan.dp_shard * plan.cp * plan.tp) % (plan.t_exp * plan.ep):
+            out.append(f"ep={plan.ep}, etp={plan.t_exp}: torchtitan carves EP out of dp_shard·cp·tp = "
+                       f"{plan.dp_shard * plan.cp * plan.tp}, which etp·ep does not divide")
+    if plan.off in (1, 2):
+        out.append(f"offload={plan.offload}: torchtitan's enable_cpu_offload moves parameters, gradients "
+                   "and optimizer state together (offload=params)")
+    if plan.off == 3 and not (zero == 3 and fsdp):
+        out.append("offload=params needs FSDP (zero=3 with dp_shard > 1 or cp > 1) in torchtitan")
+    if plan.off >= 1 and plan.offload_fraction < 1:
+        out.append(f"offload_fraction={plan.offload_fraction:g}: torchtitan offloads all or nothing")
+    if train is not None:
+        if train.precision == "fp16":
+            out.append("precision=fp16: torchtitan 0.2.x mixed precision is bfloat16 or float32 only")
+        if train.grad_reduce_bytes == 2 and fsdp:
+            out.append("grad_reduce_bytes=2: torchtitan 0.2.2 reduces FSDP gradients in float32 only "
+                       "(training.mixed_precision_reduce)")
+        div = plan.tp * 2 * plan.cp
+        if plan.cp > 1 and train.seq_len % div:
+            out.append(f"seq_len={train.seq_len} is not divisible by tp·2·cp = {div} (torchtitan's seq_len divisor)")
+    if plan.pp > 1:
+        if plan.layer_split and plan.v > 1:
+            out.append("an uneven layer_split with the interleaved schedule: torchtitan needs per-chunk "
+                       "module lists (module_fqns_per_model_part over pp·vpp chunks)")
+        if not plan.layer_split and model.layers % (plan.pp * plan.v):
+            out.append(f"layers={model.layers} not divisible by pp·vpp = {plan.pp * plan.v}")
+        m = job.micro_batches
+        if plan.v > 1 and m is not None:
+            g, ok = interleaved_group(m, plan.pp)
+            if not ok:
+                out.append(f"m={m} micro-batches is not a multiple of torch Interleaved1F1B's "
+                           f"{max(1, m // plan.pp)} rounds")
+            elif g != plan.G:
+                out.append(f"vpp_group G={plan.G}: torch's Interleaved1F1B runs rounds of G = {g} "
+                           f"micro-batches for m={m}, pp={plan.pp} (set vpp_group={g})")
+    rc = recompute_per_stage(job)
+    if isinstance(rc, str):
+        out.append(rc)
+    elif rc[0] == "block":
+        lps = job.layers_per_stage
+        if lps is None or lps % rc[1]:
+            out.append(f"block recompute of {rc[1]} layers per stage: torchtitan's layer-SAC checkpoints "
+                       f"every N-th layer, so the count must divide the {lps} layers per stage")
+    if job.micro_batches is None and train is not None and plan.dp:
+        out.append(f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}")
+    return out
+
+
+def notes(job) -> list[str]:
+    job = as_job(job)
+    out = []
+    rc = recompute_per_stage(job)
+    if not isinstance(rc, str) and rc[0] == "selective":
+        out.append("recompute=selective maps to torchtitan's per-op SAC (selective_ac_option='op'), which "
+                   "also saves matmul outputs and recomputes the cheap element-wise ops")
+    if job.shaped and _family(job.model) != "llama3":
+        out.append(f"{job.model.name} is not a Llama-style dense model; [model] name is a placeholder — "
+                   "register your model with torchtitan and set it")
+    elif job.shaped and _flavor(job.model) is None:
+        out.append(f"{job.model.name} is not a built-in llama3 flavor; {FLAVOR_MODULE}.py registers it "
+                   "(--experimental.custom_import)")
+    if not job.plan.dp_overlap:
+        out.append("FSDP2 always overlaps its collectives (prefetch); dp_overlap=False is ignored")
+    return out
+
+
+# ---- model ---------------------------------------------------------------------------------------
+def _family(m) -> str:
+    llama = (m.norm == "rmsnorm" and m.position == "rope" and m.gated_mlp and not m.attn_bias
+             and not m.mlp_bias and not m.tied_embeddings and not m.is_moe
+             and (m.head_dim is None or m.head_dim == m.hidden // m.heads))
+    return "llama3" if llama else ("custom_moe" if m.is_moe else "custom")
+
+
+def ffn_hidden(dim: int, multiple_of: int, mult: float | None) -> int:
+    """torchtitan llama3 FeedForward width for TransformerModelArgs(dim, multiple_of, ffn_dim_multiplier)."""
+    h = int(2 * (4 * dim) / 3)
+    if mult is not None:
+        h = int(mult * h)
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
+
+
+def flavor_args(m) -> dict | None:
+    """TransformerModelArgs keywords reproducing the model's FFN width exactly (None if impossible)."""
+    base = dict(dim=m.hidden, n_layers=m.layers, n_heads=m.heads, n_kv_heads=m.a_kv, vocab_size=m.vocab)
+    for mo in (256, 1024, 4096, 128, 64, 512, 2048):
+        if ffn_hidden(m.hidden, mo, None) == m.ffn_hidden:
+            return {**base, "multiple_of": mo, "ffn_dim_multiplier": None}
+    h0 = int(2 * (4 * m.hidden) / 3)
+    for mo in (256, 1024, 4096, 128, 64, 1):
+        for mult in (round(m.ffn_hidden / h0, 6), round(m.ffn_hidden / h0, 4), round(m.ffn_hidden / h0, 2)):
+            if ffn_hidden(m.hidden, mo, mult) == m.ffn_hidden:
+                return {**base, "multiple_of": mo, "ffn_dim_multiplier": mult}
+    return None
+
+
+def _flavor(m) -> str | None:
+    for name, a in _LLAMA3_FLAVORS.items():
+        if (a["dim"], a["n_layers"], a["n_heads"], a["n_kv_heads"], a["vocab_size"]) == \
+                (m.hidden, m.layers, m.heads, m.a_kv, m.vocab) and \
+                ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"]) == m.ffn_hidden:
+            return name
+    return None
+
+
+# ---- config --------------------------------------------------------------------------------------
+def job_config(job: ExportJob) -> dict:
+    """The TOML tables as a dict (section → key → value), torchtitan 0.2.2 schema."""
+    plan, m, t = job.plan, job.model, job.train
+    zero, hold = zero_level(plan)
+    family = _family(m)
+    flavor = _flavor(m) if family == "llama3" else None
+    model = {"name": family if family != "llama3" else "llama3",
+             "flavor": flavor or ("autoplace" if family == "llama3" else m.name),
+             "hf_assets_path": "./assets/hf/tokenizer"}
+    if t.precision == "fp8":
+        model["converters"] = ["quantize.linear.float8"]
+    if plan.pp > 1:
+        local = t.global_batch // plan.dp
+    else:
+        local = plan.mbs
+    training = {"local_batch_size": local, "global_batch_size": t.global_batch, "seq_len": t.seq_len,
+                "max_norm": 1.0, "steps": 1000, "dataset": "c4",
+                "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16",
+                "mixed_precision_reduce": "float32",
+                "enable_cpu_offload": plan.off == 3}
+    par = {"data_parallel_replicate_degree": plan.dp_replicate if zero == 3 else plan.dp,
+           "data_parallel_shard_degree": plan.dp_shard if zero == 3 else 1,
+           "fsdp_reshard_after_forward": "never" if hold else "always",
+           "tensor_parallel_degree": plan.tp,
+           "enable_async_tensor_parallel": bool(plan.tp_overlap and plan.tp > 1),
+           "pipeline_parallel_degree": plan.pp,
+           "context_parallel_degree": plan.cp,
+           "expert_parallel_degree": plan.ep,
+           "expert_tensor_parallel_degree": plan.t_exp if plan.ep > 1 else 1}
+    if plan.pp > 1:
+        par["pipeline_parallel_schedule"] = _SCHEDULES[plan.schedule]
+        par["pipeline_parallel_microbatch_size"] = plan.mbs
+        if plan.layer_split:
+            par["module_fqns_per_model_part"] = _fqns(m.layers, [int(x) for x in plan.layer_split])
+        else:
+            par["pipeline_parallel_layers_per_stage"] = m.layers // (plan.pp * plan.v)
+            par["pipeline_parallel_first_stage_less_layers"] = 0
+            par["pipeline_parallel_last_stage_less_layers"] = 0
+    kind, k = recompute_per_stage(job)
+    ac = {"mode": {"none": "none", "selective": "selective", "full": "full", "block": "selective"}[kind]}
+    if kind == "selective":
+        ac["selective_ac_option"] = "op"
+    elif kind == "block":
+        ac["selective_ac_option"] = str(job.layers_per_stage // k)
+    cfg = {"job": {"dump_folder": "./outputs", "description": f"autoplace: {job.describe()}"},
+           "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
+    if family == "llama3" and flavor is None:
+        cfg["experimental"] = {"custom_import": FLAVOR_MODULE}
+    if plan.tp_overlap and plan.tp > 1:
+        cfg["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if t.precision == "fp8":
+        fp8 = {"recipe_name": "tensorwise"}
+        if zero == 3 and plan.dp_shard > 1:
+            fp8.update({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True})
+        cfg["quantize"] = {"linear": {"float8": fp8}}
+    return cfg
+
+
+def _fqns(layers: int, split: list[int]) -> list[list[str]]:
+    out, i = [], 0
+    for s, n in enumerate(split):
+        part = ["tok_embeddings"] if s == 0 else []
+        part += [f"layers.{j}" for j in range(i, i + n)]
+        i += n
+        if s == len(split) - 1:
+            part += ["norm", "output"]
+        out.append(part)
+    return out
+
+
+def overrides(cfg: dict) -> list[str]:
+    """`--section.key value` lines equivalent to the TOML (nested-list keys have no CLI form)."""
+    lines = []
+
+    def walk(prefix, d):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else k
+            if isinstance(v, dict):
+                walk(key, v)
+            elif isinstance(v, bool):
+                head, _, leaf = key.rpartition(".")
+                lines.append(f"--{key}" if v else f"--{head}.no-{leaf}")
+            elif isinstance(v, list):
+                if v and isinstance(v[0], list):
+                    lines.append(f"# --{key}: a list of lists has no CLI form; load the TOML")
+                else:
+                    lines.append(f"--{key} " + " ".join(str(x) for x in v))
+            else:
+                s = str(v)
+                lines.append(f"--{key} {_quote(s)}")
+    walk("", cfg)
+    return lines
+
+
+def _quote(s: str) -> str:
+    import shlex
+    return shlex.quote(s)
+
+
+def emit(doc_or_job) -> dict[str, str]:
+    job = as_job(doc_or_job)
+    if job.train is None:
+        raise LauncherRefusedError(NAME, ["the torchtitan job file needs the training spec"])
+    reasons = _reasons(job)
+    if reasons:
+        raise LauncherRefusedError(NAME, reasons)
+    import tomli_w
+    cfg = job_config(job)
+    head = header_lines(job, f"torchtitan {VERSION} TOML job file")
+    head += ["# torchtitan 0.2.x schema (torchtitan/config/job_config.py @ v0.2.2). torchtitan >= 0.3 has no",
+             "# TOML job files (configs are Python functions since PR #2386): port these values into a",
+             "# config function and pass torchtitan_overrides.txt for the parallelism keys.",
+             "# Load: torchrun ... -m torchtitan.train --job.config_file torchtitan_job.toml", ""]
+    files = {"torchtitan_job.toml": "\n".join(head) + tomli_w.dumps(cfg)}
+    ov = overrides(cfg)
+    files["torchtitan_overrides.txt"] = "\n".join(
+        header_lines(job, "torchtitan --section.option overrides (same settings as torchtitan_job.toml)")
+        + ov) + "\n"
+    if "experimental" in cfg:
+        args = flavor_args(job.model)
+        if args is None:
+            files[f"{FLAVOR_MODULE}.py"] = _flavor_module(job, None)
+        else:
+            files[f"{FLAVOR_MODULE}.py"] = _flavor_module(job, args)
+    launch = ["#!/usr/bin/env bash"] + header_lines(job, "torchtitan launch") + [
+        "# Same form as torchtitan's run_train.sh: one torchrun per node, c10d rendezvous.",
+        "# Validate the config without GPUs first: COMM_MODE=fake_backend NGPU=... ./run_train.sh (torchtitan)",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
+        'export PYTORCH_ALLOC_CONF="expandable_segments:True"',
+    ]
+    if job.nodes == 1:
+        launch.append(f'exec torchrun --nproc-per-node {job.nproc_per_node} --rdzv-backend c10d '
+                      '--rdzv-endpoint localhost:0 --local-ranks-filter 0 --role rank --tee 3 \\')
+    else:
+        launch += [f'exec torchrun --nnodes {job.nodes} --nproc-per-node {job.nproc_per_node} --rdzv-backend c10d \\',
+                   '    --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT=<head-node>:29500}" '
+                   '--rdzv-id "${RDZV_ID:-autoplace}" \\']
+    launch.append('    -m torchtitan.train --job.config_file "$HERE/torchtitan_job.toml" "$@"')
+    files["torchtitan_launch.sh"] = "\n".join(launch) + "\n"
+    return files
+
+
+def _flavor_module(job: ExportJob, args: dict | None) -> str:
+    m = job.model
+    lines = ['"""Register the autoplace model shape as torchtitan 0.2.x llama3 flavor "autoplace".',
+             "",
+             f"{m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads ({m.a_kv} KV), FFN {m.ffn_hidden},",
+             f"vocab {m.vocab}. Imported by torchtitan through [experimental] custom_import.",
+             '"""', "",
+             "from torchtitan.models.llama3 import llama3_args",
+             "from torchtitan.models.llama3.model.args import TransformerModelArgs", ""]
+    if args is None:
+        lines += [f"raise RuntimeError('FFN width {m.ffn_hidden} cannot be written as torchtitan multiple_of / "
+                  "ffn_dim_multiplier; edit this file')"]
+    else:
+        kw = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        lines += [f"llama3_args['autoplace'] = TransformerModelArgs({kw})"]
+    return "\n".join(lines) + "\n"
+

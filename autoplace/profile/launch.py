@@ -1,0 +1,195 @@
+"""Launch the plan runner with torchrun and collect results robustly.
+
+`run_plans` writes a job file, starts
+
+    torchrun --standalone --nproc-per-node K -m autoplace.profile.worker --job JOB.json
+
+(multi-node: `--nnodes N --rdzv-backend c10d --rdzv-endpoint HOST:PORT` instead of --standalone),
+and watches the worker's progress file. The worker appends each plan's record to `out_jsonl` the
+moment it is measured. If torchrun exits non-zero (a crash, an OOM) or a plan runs longer than
+`plan_timeout_s` (a hang: the whole process group is killed), the plan in flight is appended as a
+failed record with the ranks' errors and the stderr tail, and torchrun is started again for the
+plans that remain. Nothing already measured is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from autoplace.profile.report import build_record
+from autoplace.profile.runner import DEFAULTS
+
+
+def torchrun_argv(nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                  node_rank: int | None = None) -> list[str]:
+    exe = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    base = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes > 1:
+        if not rdzv_endpoint:
+            raise ValueError("multi-node torchrun needs a rendezvous endpoint HOST:PORT")
+        base += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint]
+        if node_rank is not None:
+            base += ["--node-rank", str(node_rank)]
+    else:
+        base += ["--standalone"]
+    return base + ["--nproc-per-node", str(nproc)]
+
+
+def _read_jsonl(path) -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+    return out
+
+
+def _append(path, obj) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str | Path,
+              settings: dict | None = None, hardware=None, plan_timeout_s: float = 300.0,
+              startup_timeout_s: float = 300.0, equivalence: bool = True, tolerance: dict | None = None,
+              env: dict | None = None, workdir: str | Path | None = None, verbose: bool = False,
+              max_launches: int | None = None) -> list[dict]:
+    """Run every plan on `nproc` local ranks; return their records (also appended to out_jsonl).
+
+    model: ModelSpec; plans: list of Plan (dp may be 0 → derived from nproc); settings: seq_len,
+    global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see runner.DEFAULTS).
+    """
+    settings = dict(DEFAULTS, **(settings or {}))
+    out_jsonl = Path(out_jsonl)
+    out_jsonl.parent.mkdir(parents=True, exist_ok=True)
+    plans = [p.resolved(nproc) for p in plans]
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autoplace-profile-"))
+    work.mkdir(parents=True, exist_ok=True)
+    hw_ref = None
+    if hardware is not None:
+        hw_ref = str(getattr(hardware, "source", hardware))
+    before = len(_read_jsonl(out_jsonl))
+    remaining = list(range(len(plans)))
+    launches = 0
+    records: dict[int, dict] = {}
+    while remaining:
+        launches += 1
+        if max_launches is not None and launches > max_launches:
+            break
+        tag = f"launch{launches}"
+        progress = work / f"{tag}.progress.jsonl"
+        job = {"model": asdict(model), "settings": settings, "backend": backend,
+               "plans": [{"index": i, "plan": plans[i].to_dict()} for i in remaining],
+               "out_jsonl": str(out_jsonl), "progress": str(progress), "hardware": hw_ref,
+               "equivalence": equivalence, "tolerance": tolerance,
+               "collective_timeout_s": max(60.0, plan_timeout_s)}
+        job_path = work / f"{tag}.job.json"
+        job_path.write_text(json.dumps(job))
+        argv = torchrun_argv(nproc) + ["-m", "autoplace.profile.worker", "--job", str(job_path)]
+        stderr_path = work / f"{tag}.stderr.txt"
+        penv = dict(os.environ, **(env or {}))
+        penv.setdefault("PYTHONUNBUFFERED", "1")
+        # make the package importable from the worker whatever the cwd
+        root = str(Path(__file__).resolve().parents[2])
+        penv["PYTHONPATH"] = root + (os.pathsep + penv["PYTHONPATH"] if penv.get("PYTHONPATH") else "")
+        with open(stderr_path, "w") as errf:
+            proc = subprocess.Popen(argv, stdout=errf, stderr=subprocess.STDOUT, env=penv,
+                                    start_new_session=True)
+            t_launch = time.time()
+            timed_out = None
+            while proc.poll() is None:
+                time.sleep(0.25)
+                events = _read_jsonl(progress)
+                started = [e for e in events if e["event"] == "start"]
+                done = {e["index"] for e in events if e["event"] == "done"}
+                current = started[-1] if started and started[-1]["index"] not in done else None
+                now = time.time()
+                if current is not None and now - current["t"] > plan_timeout_s:
+                    timed_out = current["index"]
+                    _kill(proc)
+                    break
+                if not started and now - t_launch > startup_timeout_s:
+                    timed_out = -1
+                    _kill(proc)
+                    break
+        rc = proc.returncode
+        events = _read_jsonl(progress)
+        done = [e["index"] for e in events if e["event"] == "done"]
+        started = [e["index"] for e in events if e["event"] == "start"]
+        for rec in _read_jsonl(out_jsonl)[before:]:
+            if rec.get("index") is not None:
+                records[rec["index"]] = rec
+        remaining = [i for i in remaining if i not in done]
+        if not remaining:
+            break
+        # the plan in flight failed (or torchrun never started one)
+        in_flight = [i for i in started if i not in done]
+        failed = in_flight[-1] if in_flight else None
+        tail = stderr_path.read_text()[-4000:] if stderr_path.exists() else ""
+        errors = []
+        for f in sorted(work.glob(f"{progress.name}.rank*.err")):
+            try:
+                errors.append(json.loads(f.read_text()))
+            except Exception:
+                pass
+            f.unlink()
+        if failed is None:
+            # nothing started: the launch itself failed; fail every remaining plan with the reason
+            status = "timeout" if timed_out == -1 else "failed"
+            for i in remaining:
+                rec = build_record(model, settings, plans[i], nproc, None, status=status,
+                                   error=f"torchrun exited with {rc} before running a plan:\n{tail}",
+                                   backend=backend, index=i)
+                _append(out_jsonl, rec)
+                records[i] = rec
+            remaining = []
+            break
+        if timed_out is not None and timed_out >= 0:
+            status, msg = "timeout", f"plan ran longer than {plan_timeout_s:g} s (hang?); killed"
+        else:
+            kinds = {e.get("kind") for e in errors}
+            status = "oom" if "oom" in kinds else "failed"
+            msg = f"torchrun exited with {rc}"
+        err = msg + ("\n" + "\n".join(f"[rank {e['rank']}] {e['error']}" for e in errors) if errors else "")
+        if not errors:
+            err += "\n" + tail
+        rec = build_record(model, settings, plans[failed], nproc, None, status=status, error=err,
+                           backend=backend, index=failed)
+        _append(out_jsonl, rec)
+        records[failed] = rec
+        remaining = [i for i in remaining if i != failed]
+        if verbose:
+            print(f"plan {failed} {status}; relaunching for {len(remaining)} more", file=sys.stderr)
+    return [records[i] for i in sorted(records)]

@@ -1,0 +1,140 @@
+"""Measured vs predicted: one JSON record per profiled plan.
+
+Record (schema `PROFILE_SCHEMA_VERSION`):
+  schema_version, index, status ("ok" | "skipped" | "failed" | "timeout" | "oom"), error,
+  model, world, backend, plan (Plan.to_dict), plan_short, legal, violations (rule checker),
+  ranks: [{rank, stage, step_s, state_bytes{params,grads,optimizer}, activation_bytes,
+           peak_memory_bytes, collective_bytes{dp,tp,pp,cp,ep}, ...}],
+  predicted: [{rank, stage, step_s, state_bytes{...}, activation_bytes, collective_bytes{...}}],
+  state_bytes_exact, activation_gap (measured/predicted − 1, max |.| over ranks),
+  collective_match (per axis: max relative gap over ranks),
+  equivalence {equivalent, max_abs_diff, max_abs_diff_params, max_abs_diff_loss, steps, tolerance}.
+"""
+
+from __future__ import annotations
+
+import math
+
+PROFILE_SCHEMA_VERSION = "1.0"
+
+# fp32 on CPU, a few Adam steps at lr 1e-3: sharded/parallel runs differ from the single process
+# only by summation order (≈1e-7 relative per op). Adam normalises the update, so a parameter
+# moves by ≤ lr per step whatever the gradient; observed |Δθ| ≲ 1e-6 and |Δloss| ≲ 1e-6.
+DEFAULT_TOLERANCE = {"params_atol": 1e-4, "loss_atol": 1e-4}
+
+
+def train_spec(settings: dict):
+    from autoplace.specs.training import TrainingSpec
+    return TrainingSpec(seq_len=int(settings["seq_len"]), global_batch=int(settings["global_batch"]),
+                        precision="fp32", regime="fp32", attention="flash", vocab_divisible_by=1)
+
+
+def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None) -> dict:
+    """The cost model's numbers for one rank of pipeline stage `stage`."""
+    import numpy as np
+
+    from autoplace.cost.memory import model_state_bytes, stage_activation_bytes
+    from autoplace.placement.rules import Ctx
+    train = train_spec(settings)
+    ctx = Ctx(spec, train, world)
+    P, G, O = model_state_bytes(ctx, plan, stage)
+    out = {"stage": stage,
+           "state_bytes": {"params": float(np.asarray(P)), "grads": float(np.asarray(G)),
+                           "optimizer": float(np.asarray(O))},
+           "activation_bytes": float(np.asarray(stage_activation_bytes(ctx, plan, stage)))}
+    try:
+        from autoplace.cost.comm import comm_bytes_per_step
+        cb = comm_bytes_per_step(ctx, plan, stage)
+        out["collective_bytes"] = {k: float(np.asarray(cb[k])) for k in ("dp", "tp", "pp", "cp", "ep")}
+        out["offload_bytes"] = float(np.asarray(cb.get("offload", 0.0)))
+    except Exception as e:  # cost model piece missing: report, do not fail the measurement
+        out["collective_bytes"] = None
+        out["collective_error"] = f"{type(e).__name__}: {e}"
+    out["step_s"] = None
+    if hardware:
+        try:
+            out["step_s"] = predict_step_time(spec, settings, plan, world, hardware)
+        except Exception as e:
+            out["step_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def predict_step_time(spec, settings: dict, plan, world: int, hardware) -> float | None:
+    from autoplace.estimate import estimate
+    from autoplace.specs.hardware import HardwareSpec, load_hardware
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(str(hardware))
+    doc = estimate(spec, hw, train_spec(settings), plan, world)
+    t = doc.get("time")
+    return float(t["step_s"]) if t else None
+
+
+def _rel(a, b):
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return a / b - 1.0
+
+
+def build_record(spec, settings: dict, plan, world: int, ranks, *, status="ok", error=None,
+                 backend="gloo", hardware=None, wall_s=None, index=None, tolerance=None) -> dict:
+    from autoplace.placement.rules import Ctx, check
+    plan = plan.resolved(world)
+    tol = dict(DEFAULT_TOLERANCE, **(tolerance or {}))
+    ctx = Ctx(spec, train_spec(settings), world)
+    viol = [v.to_dict() for v in check(ctx, plan)]
+    rec = {"schema_version": PROFILE_SCHEMA_VERSION, "index": index, "status": status, "error": error,
+           "model": spec.name, "world": world, "backend": backend,
+           "settings": {k: settings[k] for k in ("seq_len", "global_batch", "steps", "warmup", "seed",
+                                                 "lr") if k in settings},
+           "plan": plan.to_dict(), "plan_short": plan.short(), "legal": not viol, "violations": viol,
+           "wall_s": wall_s}
+    if status != "ok" or not ranks:
+        rec.update({"ranks": [], "predicted": [], "state_bytes_exact": None, "equivalence": None})
+        return rec
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    cache = {}
+    preds = []
+    for r in ranks:
+        st = r["stage"]
+        if st not in cache:
+            cache[st] = predict(spec, settings, plan, world, st, hardware)
+        preds.append({"rank": r["rank"], **cache[st]})
+    exact = all(all(abs(r["state_bytes"][k] - p["state_bytes"][k]) < 0.5
+                    for k in ("params", "grads", "optimizer")) for r, p in zip(ranks, preds))
+    gaps = [_rel(r["activation_bytes"], p["activation_bytes"]) for r, p in zip(ranks, preds)]
+    gaps = [g for g in gaps if g is not None]
+    comm_gap = {}
+    for ax in ("dp", "tp", "pp"):
+        worst = 0.0
+        for r, p in zip(ranks, preds):
+            if not r.get("collective_bytes") or not p.get("collective_bytes"):
+                worst = None
+                break
+            mv, pv = r["collective_bytes"].get(ax, 0.0), p["collective_bytes"].get(ax, 0.0)
+            g = _rel(mv, pv)
+            if g is None:
+                continue
+            worst = g if abs(g) > abs(worst) else worst
+        comm_gap[ax] = worst
+    eqs = [r["equivalence"] for r in ranks if r.get("equivalence")]
+    equivalence = None
+    if eqs:
+        dp_ = max(e["max_abs_diff_params"] for e in eqs)
+        dl = max(e["max_abs_diff_loss"] for e in eqs)
+        equivalence = {
+            "equivalent": bool(dp_ <= tol["params_atol"] and dl <= tol["loss_atol"]),
+            "max_abs_diff": max(dp_, dl), "max_abs_diff_params": dp_, "max_abs_diff_loss": dl,
+            "steps": len(ranks[0]["losses"]), "tolerance": tol,
+            "losses": ranks[0]["losses"],
+        }
+    rec.update({
+        "dp_kind": ranks[0].get("dp_kind"),
+        "ranks": ranks, "predicted": preds, "state_bytes_exact": exact,
+        "activation_gap": max(gaps, key=abs) if gaps else None,
+        "collective_gap": comm_gap,
+        "equivalence": equivalence,
+        "step_s": max((r["step_s"] or 0.0) for r in ranks),
+        "predicted_step_s": preds[0].get("step_s"),
+    })
+    return rec

@@ -1,0 +1,112 @@
+"""torchrun entry point: run a list of plans one after another and append each result as it comes.
+
+    torchrun --standalone --nproc-per-node K -m autoplace.profile.worker --job JOB.json
+
+JOB.json (written by autoplace.profile.launch): model (ModelSpec fields), job settings (seq_len,
+global_batch, steps, warmup, seed, lr, adam_eps, sp_impl), plans (list of Plan dicts with their
+index), out_jsonl, progress (a file the launcher watches), hardware (profile for the step-time
+prediction, optional), backend.
+
+Protocol with the launcher (the progress file, one JSON object a line, written by rank 0):
+{"event": "start", "index": i, "t": ...} before a plan, {"event": "done", "index": i} after its
+record is appended to out_jsonl. A plan that raises `Unsupported` (identically on every rank, before
+any collective) is recorded as skipped and the worker goes on. Any other exception: each rank writes
+its traceback next to the progress file and exits non-zero — the launcher records the plan as failed
+with those errors and relaunches torchrun for the remaining plans (a rank that died mid-collective
+leaves the process group unusable, so the worker never tries to continue in-process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _append(path: str | Path, obj: dict) -> None:
+    line = json.dumps(obj, default=_default) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _default(o):
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="autoplace.profile.worker")
+    ap.add_argument("--job", required=True)
+    args = ap.parse_args(argv)
+    job = json.loads(Path(args.job).read_text())
+
+    import torch
+    import torch.distributed as dist
+
+    from autoplace.plan import Plan
+    from autoplace.profile.model import reference_run
+    from autoplace.profile.report import build_record
+    from autoplace.profile.runner import Runtime, Unsupported, describe_exception, run_plan
+    from autoplace.specs.model import ModelSpec
+
+    spec = ModelSpec(**job["model"])
+    settings = job["settings"]
+    rt = Runtime(job.get("backend"))
+    rt.init(timeout_s=float(job.get("collective_timeout_s", 300)))
+    rank = rt.rank
+    progress = job["progress"]
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+
+    ref = None
+    if job.get("equivalence", True):
+        # the single-process run: same model, init seed, data and optimizer, full global batch
+        total = int(settings["warmup"]) + int(settings["steps"]) + 1
+        ref = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
+                            settings["seed"], settings["lr"], settings["adam_eps"])
+
+    for item in job["plans"]:
+        idx = item["index"]
+        plan = Plan.from_dict(item["plan"])
+        if rank == 0:
+            _append(progress, {"event": "start", "index": idx, "t": time.time()})
+        dist.barrier()
+        t0 = time.time()
+        try:
+            res = run_plan(plan, spec, settings, rt, reference=ref)
+            status, err = "ok", None
+        except Unsupported as e:
+            res, status, err = None, "skipped", str(e)
+        except Exception as e:  # noqa: BLE001 - reported, then the launcher relaunches
+            kind = "oom" if "out of memory" in str(e).lower() else "error"
+            Path(f"{progress}.rank{rank}.err").write_text(
+                json.dumps({"index": idx, "rank": rank, "kind": kind, "error": describe_exception(e)}))
+            sys.stderr.write(f"[rank {rank}] plan {idx} failed: {e}\n")
+            sys.stderr.flush()
+            os._exit(3)
+        gathered = [None] * rt.world if rank == 0 else None
+        dist.gather_object(res, gathered, dst=0)
+        if rank == 0:
+            rec = build_record(spec, settings, plan, rt.world, gathered if status == "ok" else None,
+                               status=status, error=err, backend=rt.backend,
+                               hardware=job.get("hardware"), wall_s=time.time() - t0,
+                               index=idx, tolerance=job.get("tolerance"))
+            _append(job["out_jsonl"], rec)
+            _append(progress, {"event": "done", "index": idx, "t": time.time()})
+        dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+"""Search over parallelization plans (placement_semantics.md §4.7).
+
+- `space`      reads `search_spaces/*.toml`: the allowed values or ranges of every knob.
+- `batch`      `PlanBatch`: a plan per row, numpy arrays with the attribute names of `Plan`.
+- `enumerate`  the Cartesian product of a space restricted to divisor degrees, pruned by the
+               composition rules of `autoplace.placement.rules` (no second copy), in chunks.
+- `exhaustive` evaluates every legal plan with the vectorized step-time model: exact optimum + top-k.
+- `ilp`        CP-SAT (or scipy milp) for non-uniform layer splits and per-stage recompute.
+- `bayes`      Optuna TPE over the same space, memory as a constraint.
+- `driver`     `run_search`: the one entry point the CLI and the benchmarks use.
+
+Nothing here imports optuna or ortools at module import time.
+"""

@@ -1,0 +1,357 @@
+"""Search spaces: which values each plan knob may take (`search_spaces/*.toml`).
+
+A space file is a TOML document::
+
+    name = "megatron"
+    description = "..."
+    extends = "default"          # optional: start from another space, then override knobs
+    [knobs]
+    tp = "divisors"              # every divisor of the GPU count (rule D1 prunes by heads)
+    pp = { min = 1, max = 64 }   # divisors of the GPU count in a range
+    cp = [1, 2, 4]               # an explicit list
+    mbs = { min = 1, max = 16, pow2 = true }
+    recompute_layers = "all"     # block recompute: 1 .. L/pp − 1 layers per stage
+    ...
+
+Knobs not named take a single neutral value (tp = pp = cp = ep = 1, zero 0, no SP, no recompute,
+no offload, mbs 1, 1F1B, Megatron rank order), or the values of the space named by `extends`.
+Degrees are further restricted to divisors of the GPU count by the enumerator; the composition
+rules then prune what is illegal (and count it).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from autoplace.errors import InputError
+from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES
+
+SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+DEFAULT_SPACE = "default"
+
+_RC_ALIASES = {"off": "none", "no": "none", "sel": "selective", "uniform": "full"}
+_OFF_ALIASES = {"opt": "optimizer", "optim": "optimizer", "param": "params", "cpu": "optimizer"}
+_SCHED_ALIASES = {"interleaved-1f1b": "interleaved", "interleaved1f1b": "interleaved"}
+_ORDER_ALIASES = {"megatron": "tp-cp-ep-dp-pp", "torchtitan": "pp-dp-cp-tp"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Integer values of a knob: an explicit list, or a range filtered to divisors of a bound.
+
+    `values`: explicit integers (strings such as "tp" allowed where noted). Otherwise every divisor
+    of the bound N that lies in [lo, hi] (and is a power of two if `pow2`).
+    """
+    values: tuple = ()
+    lo: int = 1
+    hi: int | None = None
+    pow2: bool = False
+    step: int = 1
+    divisors: bool = True      # range form: keep only divisors of the bound
+
+    @property
+    def explicit(self) -> bool:
+        return bool(self.values)
+
+    def resolve(self, bound: int | None = None) -> list:
+        """Concrete values; range forms need `bound` (divisors of it, or 1..bound)."""
+        if self.values:
+            return list(self.values)
+        hi = self.hi if self.hi is not None else (bound if bound is not None else self.lo)
+        if bound is not None:
+            hi = min(hi, bound)
+        out = []
+        for v in range(max(self.lo, 1), hi + 1, self.step if not self.divisors else 1):
+            if self.pow2 and v & (v - 1):
+                continue
+            if self.divisors and bound is not None and bound % v:
+                continue
+            if not self.divisors and (v - self.lo) % self.step:
+                continue
+            out.append(v)
+        return out
+
+    def describe(self) -> str:
+        if self.values:
+            return "[" + ", ".join(str(v) for v in self.values) + "]"
+        s = f"{'divisors' if self.divisors else 'values'} in {self.lo}..{self.hi if self.hi is not None else 'N'}"
+        return s + (" (powers of 2)" if self.pow2 else "") + (f" step {self.step}" if self.step > 1 else "")
+
+
+@dataclass(frozen=True)
+class Space:
+    name: str = "neutral"
+    description: str = ""
+    source: str = "builtin"
+    # degrees (resolved against the GPU count by the enumerator)
+    tp: Choice = Choice((1,))
+    pp: Choice = Choice((1,))
+    cp: Choice = Choice((1,))
+    ep: Choice = Choice((1,))                 # ignored (1) for dense models
+    etp: tuple = ("tp",)                      # expert TP: "tp" (= tp) or integers
+    dp_replicate: Choice = Choice((1,))       # HSDP replicate degree (zero ≥ 1 only; divisors of dp)
+    # placement / memory knobs
+    zero: tuple = (0,)
+    reshard_after_forward: tuple = (True,)    # zero 3: True FULL_SHARD (SG), False SHARD_GRAD_OP (hold)
+    sp: tuple = (False,)                      # only for tp > 1
+    tp_overlap: tuple = (False,)              # only with sp
+    recompute: tuple = (0,)                   # rc codes
+    recompute_layers: Choice = Choice((), lo=1, hi=None, divisors=False)   # "all": 1 .. L/pp − 1
+    offload: tuple = (0,)
+    offload_fraction: tuple = (1.0,)
+    # batch / schedule
+    mbs: Choice = Choice((1,))                # filtered to divisors of B / dp
+    schedule: tuple = (0,)                    # sched codes; pp = 1 always uses 1F1B
+    vpp: Choice = Choice((2,))                # interleaved only
+    vpp_group: tuple = ("pp",)                # "pp" (Megatron default), "m" (always legal), integers
+    rank_order: tuple = (0,)
+    dp_overlap: tuple = (True,)
+    # other numeric/boolean Plan fields (e.g. tp_async, dp_bucket_mb): ((name, (values…)), …);
+    # fields not listed keep the Plan default
+    extras: tuple = ()
+
+    def knobs(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("name", "description", "source", "extras")}
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "description": self.description, "source": self.source}
+        for k, v in self.knobs().items():
+            if isinstance(v, Choice):
+                out[k] = list(v.values) if v.values else v.describe()
+            elif k == "recompute":
+                out[k] = [RECOMPUTE[c] for c in v]
+            elif k == "offload":
+                out[k] = [OFFLOAD[c] for c in v]
+            elif k == "schedule":
+                out[k] = [SCHEDULES[c] for c in v]
+            elif k == "rank_order":
+                out[k] = [RANK_ORDERS[c] for c in v]
+            else:
+                out[k] = list(v)
+        for k, v in self.extras:
+            out[k] = list(v)
+        return out
+
+    def with_(self, **kw) -> "Space":
+        return replace(self, **kw)
+
+
+CORE_KNOBS = tuple(f.name for f in fields(Space) if f.name not in ("name", "description", "source", "extras"))
+
+
+def _extra_knobs() -> dict:
+    from autoplace.search.batch import EXTRA
+    return EXTRA
+
+
+KNOB_NAMES = CORE_KNOBS + tuple(k for k in _extra_knobs() if k not in CORE_KNOBS)
+
+
+def _parse_extra(src, key, raw) -> tuple:
+    dtype, _ = _extra_knobs()[key]
+    out = []
+    for v in _as_list(src, key, raw):
+        if dtype is bool:
+            out.extend(_bools(src, key, v))
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or (dtype is not float and not isinstance(v, int)):
+            raise _err(src, f"knob '{key}': values must be {'integers' if dtype is not float else 'numbers'}, got {v!r}")
+        else:
+            out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+# ---- parsing ----------------------------------------------------------------------------------
+def _err(src: str, msg: str) -> InputError:
+    return InputError(f"search space {src}: {msg}")
+
+
+def _as_list(src, key, raw):
+    if isinstance(raw, list):
+        if not raw:
+            raise _err(src, f"knob '{key}' has an empty list")
+        return raw
+    return [raw]
+
+
+def _choice(src: str, key: str, raw, allow=()) -> Choice:
+    if isinstance(raw, str):
+        r = raw.strip().lower()
+        if r in ("divisors", "all"):
+            return Choice((), lo=1, hi=None, divisors=(key != "recompute_layers"))
+        if r in ("pow2", "powers-of-2", "powers_of_2"):
+            return Choice((), lo=1, hi=None, pow2=True)
+        if r in allow:
+            return Choice((r,))
+        raise _err(src, f"knob '{key}' = '{raw}': write a list of integers, \"divisors\", "
+                        f"or a range {{ min = 1, max = 8, pow2 = true }}")
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"min", "max", "pow2", "step"}
+        if unknown:
+            raise _err(src, f"knob '{key}': unknown range key(s) {', '.join(sorted(unknown))} "
+                            f"(use min, max, pow2, step)")
+        lo, hi = raw.get("min", 1), raw.get("max")
+        step = raw.get("step", 1)
+        for name, v in (("min", lo), ("max", hi), ("step", step)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise _err(src, f"knob '{key}': range {name} must be a positive integer, got {v!r}")
+        if hi is not None and hi < lo:
+            raise _err(src, f"knob '{key}': range max {hi} < min {lo}")
+        return Choice((), lo=lo, hi=hi, pow2=bool(raw.get("pow2", False)), step=step,
+                      divisors=(key != "recompute_layers"))
+    vals = []
+    for v in _as_list(src, key, raw):
+        if isinstance(v, str) and v.strip().lower() in allow:
+            vals.append(v.strip().lower())
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(src, f"knob '{key}': values must be positive integers"
+                            + (f" or {', '.join(repr(a) for a in allow)}" if allow else "") + f", got {v!r}")
+        else:
+            vals.append(v)
+    return Choice(tuple(dict.fromkeys(vals)))
+
+
+def _bools(src, key, raw) -> tuple:
+    out = []
+    for v in _as_list(src, key, raw):
+        if isinstance(v, bool):
+            out.append(v)
+        elif isinstance(v, int) and v in (0, 1):
+            out.append(bool(v))
+        elif isinstance(v, str) and v.lower() in ("true", "false", "on", "off", "yes", "no"):
+            out.append(v.lower() in ("true", "on", "yes"))
+        else:
+            raise _err(src, f"knob '{key}': values must be true/false, got {v!r}")
+    return tuple(dict.fromkeys(out))
+
+
+def _names(src, key, raw, table, aliases) -> tuple:
+    out = []
+    for v in _as_list(src, key, raw):
+        s = str(v).strip().lower()
+        s = aliases.get(s, s)
+        if s not in table:
+            raise _err(src, f"knob '{key}': '{v}' is not one of {', '.join(table)}")
+        out.append(table.index(s))
+    return tuple(dict.fromkeys(out))
+
+
+def _parse_knob(src: str, key: str, raw):
+    if key in ("tp", "pp", "cp", "ep", "dp_replicate", "mbs", "vpp"):
+        c = _choice(src, key, raw)
+        if key == "vpp" and c.values and min(c.values) < 2:
+            raise _err(src, "knob 'vpp': virtual stages per rank must be ≥ 2 (interleaved schedule)")
+        return c
+    if key == "recompute_layers":
+        return _choice(src, key, raw)
+    if key == "etp":
+        c = _choice(src, key, raw, allow=("tp",))
+        if not c.values:
+            raise _err(src, "knob 'etp' takes a list of integers or \"tp\"")
+        return c.values
+    if key == "zero":
+        vals = _as_list(src, key, raw)
+        for v in vals:
+            if isinstance(v, bool) or v not in (0, 1, 2, 3):
+                raise _err(src, f"knob 'zero': values must be 0, 1, 2 or 3, got {v!r}")
+        return tuple(dict.fromkeys(vals))
+    if key in ("reshard_after_forward", "sp", "tp_overlap", "dp_overlap"):
+        return _bools(src, key, raw)
+    if key == "recompute":
+        return _names(src, key, raw, RECOMPUTE, _RC_ALIASES)
+    if key == "offload":
+        return _names(src, key, raw, OFFLOAD, _OFF_ALIASES)
+    if key == "schedule":
+        return _names(src, key, raw, SCHEDULES, _SCHED_ALIASES)
+    if key == "rank_order":
+        return _names(src, key, raw, RANK_ORDERS, _ORDER_ALIASES)
+    if key == "offload_fraction":
+        out = []
+        for v in _as_list(src, key, raw):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise _err(src, f"knob 'offload_fraction': values must be in (0, 1], got {v!r}")
+            out.append(float(v))
+        return tuple(dict.fromkeys(out))
+    if key == "vpp_group":
+        out = []
+        for v in _as_list(src, key, raw):
+            if isinstance(v, str) and v.strip().lower() in ("pp", "m"):
+                out.append(v.strip().lower())
+            elif isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                out.append(v)
+            else:
+                raise _err(src, f"knob 'vpp_group': values must be \"pp\", \"m\" or positive integers, got {v!r}")
+        return tuple(dict.fromkeys(out))
+    raise _err(src, f"unknown knob '{key}'; valid knobs: {', '.join(KNOB_NAMES)}")  # pragma: no cover
+
+
+def space_from_dict(raw: dict, source: str, _seen: tuple = ()) -> Space:
+    src = source
+    top_allowed = {"name", "description", "extends", "knobs", "launchers", "notes"}
+    unknown = [k for k in raw if k not in top_allowed and k not in KNOB_NAMES]
+    if unknown:
+        raise _err(src, f"unknown key '{unknown[0]}'; valid: {', '.join(sorted(top_allowed))} "
+                        f"and the knobs {', '.join(KNOB_NAMES)}")
+    base = Space()
+    if raw.get("extends"):
+        ext = str(raw["extends"])
+        if ext in _seen:
+            raise _err(src, f"'extends = \"{ext}\"' is circular")
+        base = load_space(ext, _seen=_seen + (ext,))
+    knobs = dict(raw.get("knobs", {}) or {})
+    if not isinstance(knobs, dict):
+        raise _err(src, "[knobs] must be a table")
+    for k in KNOB_NAMES:          # knobs may also be written at top level
+        if k in raw:
+            knobs[k] = raw[k]
+    kw = {}
+    extras = dict(base.extras)
+    for key, val in knobs.items():
+        if key not in KNOB_NAMES:
+            raise _err(src, f"unknown knob '{key}'; valid knobs: {', '.join(KNOB_NAMES)}")
+        if key in CORE_KNOBS:
+            kw[key] = _parse_knob(src, key, val)
+        else:
+            extras[key] = _parse_extra(src, key, val)
+    kw["extras"] = tuple(extras.items())
+    name = str(raw.get("name") or Path(source).stem)
+    return replace(base, name=name, description=str(raw.get("description", base.description if raw.get("extends") else "")),
+                   source=source, **kw)
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACE_DIR.glob("*.toml"))
+
+
+def resolve_space_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists() or "/" in name_or_path:
+        if not p.exists():
+            raise InputError(f"--space: file '{name_or_path}' does not exist")
+        if p.is_dir():
+            raise InputError(f"--space: '{name_or_path}' is a directory, not a .toml file")
+        return p
+    cand = SPACE_DIR / f"{name_or_path.strip().lower()}.toml"
+    if cand.exists():
+        return cand
+    raise InputError(f"--space: unknown search space '{name_or_path}'; choose one of "
+                     f"{', '.join(available_spaces()) or '(none found in ' + str(SPACE_DIR) + ')'} or pass a .toml path")
+
+
+def load_space(name_or_path: str | None = None, _seen: tuple = ()) -> Space:
+    """`--space NAME|PATH` → Space. One-line InputError for a missing file, bad TOML or a bad knob."""
+    path = resolve_space_path(name_or_path or DEFAULT_SPACE)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"search space {path}: invalid TOML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"search space {path}: not a UTF-8 text file") from None
+    return space_from_dict(raw, str(path), _seen=_seen or ((path.stem,)))
