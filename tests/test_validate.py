@@ -366,11 +366,19 @@ def test_analytic_estimate_uses_the_deepspeed_regime():
            "notes": "offload_param=none, offload_optimizer=none."}
     res = evaluate_record(rec)
     e = res.entries[0]
-    assert math.isclose(e["predicted"], 20 * 2.783e9 / 2 / 2**30, rel_tol=1e-5)   # (2+2+4+12) B/param ÷ N
+    mp = map_states_only(rec, 2.783e9, regime="deepspeed", any_hw=True)
+    assert (mp.train.regime, mp.train.states_only, mp.plan.zero, mp.plan.dp, mp.plan.offload) == \
+        ("deepspeed", True, 3, 2, "none")
+    est = estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
+    assert math.isclose(e["predicted"], est["memory"]["peak_bytes"] / 2**30, rel_tol=1e-5)
+    assert e["unit"] == "GiB" and math.isclose(e["error_pct"], (e["predicted"] - 23.58) / 23.58 * 100, abs_tol=1e-2)
     assert {n["metric"] for n in res.not_compared} == {"model_states_gb_per_cpu", "zero_init"}
     off = copy.deepcopy(rec)
     off["notes"] = "offload_param=none, offload_optimizer=cpu."
-    assert math.isclose(evaluate_record(off).entries[0]["predicted"], 2 * 2.783e9 / 2 / 2**30, rel_tol=1e-5)
+    assert map_states_only(off, 2.783e9, regime="deepspeed", any_hw=True).plan.offload == "grads"
+    off["notes"] = "offload_param=cpu, offload_optimizer=cpu."
+    assert map_states_only(off, 2.783e9, regime="deepspeed", any_hw=True).plan.offload == "params"
+    assert evaluate_record(off).skipped is None
 
 
 # ---- summary ----------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def gather_time(hw, S, n, stride, n_coll=1.0):
     NCCL runs AG/RS as rings only: n − 1 steps, each as slow as its slowest hop (α_inter once the
     ring leaves the domain), so latency grows linearly with the group (unlike the all-reduce tree)."""
     k, g = _links(hw, n, stride)
-    bw = (k - 1.0) / k * S / hw.intra_bw + (g - 1.0) / g * (S / k) / hw.inter_bw
+    rails = np.minimum(k, hw.gather_rails)
+    bw = (k - 1.0) / k * S / hw.intra_bw + (g - 1.0) / g * (S / rails) / hw.inter_bw
     lat = (_w(n) - 1.0) * np.where(g > 1, hw.inter_latency, hw.intra_latency)
     return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 

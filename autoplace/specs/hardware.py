@@ -44,6 +44,8 @@ class HardwareSpec:
     attention_efficiency: float = 0.6       # fraction of peak for the attention core (flash)
     hbm_efficiency: float = 0.8             # achievable fraction of hbm_bw for memory-bound kernels
     nic_efficiency: float = 1.0             # reserved: multiplier on inter_bw for concurrent groups
+    gather_rails: float = 1.0               # NICs one all-gather/reduce-scatter group's cross-node traffic
+                                            # spreads over (≤ members per node); 1 = one NIC per GPU's share
     cpu_adam_params_per_s: float = 1.0e9    # host Adam throughput per GPU's share of cores
     # fixed memory overheads
     cuda_context_bytes: float = 0.0

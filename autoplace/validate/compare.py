@@ -12,8 +12,9 @@ Per record type:
 - measured_max_model_size: the largest parameter count of the record's family (known only by its
   size: a states-only model) whose model states fit the device, by bisection on `estimate`'s
   `memory.fits` — the paper's own analysis (ZeRO §3.1 accounting: 2Ψ + 2Ψ + 12Ψ, regime "zero").
-- analytic_estimate: model states per GPU from `estimate` on a states-only model in the
-  "deepspeed" regime, in GiB (the DeepSpeed estimator prints GiB as "GB").
+- analytic_estimate: per-GPU peak of `estimate` on a states-only model in the "deepspeed" regime
+  (model states + the planner's states-only working set; no activations), in GiB (the DeepSpeed
+  estimator prints GiB as "GB").
 
 error_pct = (predicted − measured) / measured · 100 on the metric's own scale. For throughput
 metrics `time_error_pct` = (measured / predicted − 1) · 100 is the implied step-time error.
@@ -338,9 +339,11 @@ def _analytic(res: Result, rec: dict, defs=None) -> None:
     est = estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
     if not est["legal"]:
         raise Skip(_violations(est))
+    # states-only estimate: activations and fixed overheads are zero, so the peak is the model
+    # states plus the planner's states-only working set (the estimators' un-sharded largest layer)
     st = est["memory"]["per_stage"][0]
-    states = st["params"] + st["grads"] + st["optimizer"]
-    res.mapping["model_states_bytes"] = {k: st[k] for k in ("params", "grads", "optimizer")}
+    states = est["memory"]["peak_bytes"]
+    res.mapping["model_states_bytes"] = {k: st[k] for k in ("params", "grads", "optimizer", "transient")}
     for key, val in (rec.get("measured") or {}).items():
         if key.endswith("_definition") or val is None:
             continue

@@ -453,6 +453,11 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
     kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, reshard_after_forward=reshard,
               offload=_offload(rec, assumptions),
               dp_overlap=_dp_overlap(rec, params_b, assumptions))
+    y = citation_year(rec)
+    if tp > 1 and y is not None and y <= 2021 and framework(rec, zero)[0] == "megatron":
+        # Megatron-LM's asynchronous TP all-reduce in backward arrived after the SC21 experiments
+        kw["tp_async"] = False
+        assumptions.append(f"Megatron-LM run from {y}: backward TP all-reduce not yet asynchronous → tp_async=False")
     return kw, world, zero, fsdp
 
 
@@ -512,6 +517,14 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
                   assumptions=assumptions)
 
 
+def largest_layer_from_text(rec: dict) -> float | None:
+    """A largest-layer size the record states in words, e.g. 'largest layer 65M' (DeepSpeed estimators)."""
+    m = re.search(r"largest layer\s*([\d.]+)\s*([mb])", record_text(rec))
+    if not m:
+        return None
+    return float(m.group(1)) * (1e6 if m.group(2) == "m" else 1e9)
+
+
 def map_states_only(rec: dict, params: float, regime: str | None = None, any_hw: bool = False) -> Mapped:
     """A model known by its parameter count only (ZeRO max-model-size, DeepSpeed estimator)."""
     assumptions: list[str] = []
@@ -526,5 +539,8 @@ def map_states_only(rec: dict, params: float, regime: str | None = None, any_hw:
     train = TrainingSpec(seq_len=1, global_batch=max(kw["dp"], 1), precision=prec, regime=reg,
                          states_only=True)
     p = Plan(mbs=1, **kw)
-    return Mapped(model=params_only(params), train=train, plan=p, hw=hw, world=world, framework=fw,
-                  recompute="none", peak_stated=None, assumptions=assumptions)
+    psi_max = largest_layer_from_text(rec)
+    if psi_max:
+        assumptions.append(f"largest layer {psi_max / 1e6:g}M from the record text → Ψ_max")
+    return Mapped(model=params_only(params, largest_unit=psi_max), train=train, plan=p, hw=hw, world=world,
+                  framework=fw, recompute="none", peak_stated=None, assumptions=assumptions)
