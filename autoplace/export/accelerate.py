@@ -54,6 +54,9 @@ def _reasons(job: ExportJob) -> list[str]:
     if zero == 3 and plan.dp_shard == 1 and plan.cp == 1 and job.world > 1:
         out.append("zero=3 with dp_shard=1 and cp=1: FSDP2 has no dimension to shard over "
                    "(accelerate rejects it)")
+    if zero == 3 and plan.dp_replicate > 1 and plan.dp_shard == 1 and plan.cp > 1:
+        out.append(f"dp_replicate={plan.dp_replicate} with dp_shard=1: accelerate's ParallelismConfig rejects "
+                   "replication without a shard dimension (also with cp > 1); set dp_replicate=1")
     if plan.off in (1, 2):
         out.append(f"offload={plan.offload}: FSDP's fsdp_offload_params moves parameters and gradients "
                    "(and the optimizer step) to the CPU together, i.e. offload=params")

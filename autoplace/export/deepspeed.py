@@ -127,16 +127,21 @@ def config(job: ExportJob) -> dict:
     cfg["optimizer"] = {"type": "AdamW",
                         "params": {"lr": 3.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1}}
     h = m.hidden if job.shaped else 0
-    reduce_bucket = h * h if h else 500_000_000
+    if plan.dp_bucket_mb > 0:        # the plan's DP collective granularity (MB of gradient / parameter bytes)
+        reduce_bucket = plan.dp_bucket_mb * 1e6 / t.b_G
+        gather_bucket = prefetch = plan.dp_bucket_mb * 1e6 / t.b_P
+    else:                            # what the HF integration fills in for "auto"
+        reduce_bucket = gather_bucket = h * h if h else 500_000_000
+        prefetch = 0.9 * h * h if h else 50_000_000
     z: dict = {"stage": zero,
                "overlap_comm": bool(plan.dp_overlap),
                "contiguous_gradients": True,
                "reduce_scatter": True,
-               "reduce_bucket_size": int(reduce_bucket),
+               "reduce_bucket_size": int(round(reduce_bucket)),
                "allgather_partitions": True,
-               "allgather_bucket_size": int(reduce_bucket)}
+               "allgather_bucket_size": int(round(gather_bucket))}
     if zero == 3:
-        z.update({"stage3_prefetch_bucket_size": int(0.9 * h * h) if h else 50_000_000,
+        z.update({"stage3_prefetch_bucket_size": int(round(prefetch)),
                   "stage3_param_persistence_threshold": 10 * h if h else 100_000,
                   "stage3_max_live_parameters": 1_000_000_000,
                   "stage3_max_reuse_distance": 1_000_000_000,

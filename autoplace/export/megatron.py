@@ -68,6 +68,9 @@ def _reasons(job: ExportJob) -> list[str]:
     elif plan.off == 1 and zero != 1:
         out.append(f"offload=optimizer with zero={zero}: Megatron's optimizer CPU offload runs with the "
                    "distributed optimizer (zero=1)")
+    if model.qkv_bias and (model.attn_bias or model.mlp_bias):
+        out.append("Q/K/V-only biases together with other linear biases: Megatron's --add-qkv-bias applies "
+                   "only with --disable-bias-linear")
     if model.attn_bias != model.mlp_bias:
         out.append("attention and MLP biases differ (attn_bias != mlp_bias): Megatron's --disable-bias-linear "
                    "switches all linear biases together")
@@ -118,10 +121,13 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--num-experts", m.num_experts))
         f.append(("--moe-router-topk", m.top_k))
         f.append(("--moe-ffn-hidden-size", m.f_expert))
-        if m.moe_layer_freq > 1:
-            f.append(("--moe-layer-freq", m.moe_layer_freq))
+        pattern = moe_layer_pattern(m)
+        if 0 in pattern:   # explicit list: Megatron's integer form puts MoE on layers i % N == 0
+            f.append(("--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]"))
         if m.shared_expert_ffn_hidden:
             f.append(("--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden))
+            if m.shared_expert_gate:
+                f.append(("--moe-shared-expert-gate", None))
         f.append(("--expert-model-parallel-size", plan.ep))
         f.append(("--expert-tensor-parallel-size", plan.t_exp))
         if plan.ep > 1:
@@ -137,6 +143,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
               ("--ckpt-format", "fsdp_dtensor")]
     if zero >= 1 and plan.dp_replicate > 1:
         f.append(("--num-distributed-optimizer-instances", plan.dp_replicate))
+    if plan.dp_bucket_mb > 0 and t is not None:
+        f.append(("--ddp-bucket-size", int(round(plan.dp_bucket_mb * 1e6 / t.b_G))))
     if plan.dp_overlap:
         f.append(("--overlap-grad-reduce", None))
         if zero >= 1:
@@ -187,6 +195,10 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--swiglu", None))
     if not m.attn_bias and not m.mlp_bias:
         f.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            f.append(("--add-qkv-bias", None))
+    if m.qk_norm:
+        f.append(("--qk-layernorm", None))
     if not m.tied_embeddings:
         f.append(("--untie-embeddings-and-output-weights", None))
     if t is not None:
@@ -194,6 +206,13 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         if not t.dropout:
             f += [("--attention-dropout", 0), ("--hidden-dropout", 0)]
     return f
+
+
+def moe_layer_pattern(m) -> list[int]:
+    """1 for an MoE layer, 0 for a dense one (ModelSpec: layer i is MoE iff (i+1) % freq == 0 and
+    i is not in dense_layer_ids)."""
+    dense = set(m.dense_layer_ids)
+    return [0 if i in dense or (i + 1) % m.moe_layer_freq else 1 for i in range(m.layers)]
 
 
 def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:

@@ -151,6 +151,7 @@ def notes(job) -> list[str]:
 def _family(m) -> str:
     llama = (m.norm == "rmsnorm" and m.position == "rope" and m.gated_mlp and not m.attn_bias
              and not m.mlp_bias and not m.tied_embeddings and not m.is_moe
+             and not m.qkv_bias and not m.qk_norm
              and (m.head_dim is None or m.head_dim == m.hidden // m.heads))
     return "llama3" if llama else ("custom_moe" if m.is_moe else "custom")
 
@@ -236,7 +237,7 @@ def job_config(job: ExportJob) -> dict:
     if family == "llama3" and flavor is None:
         cfg["experimental"] = {"custom_import": FLAVOR_MODULE}
     if plan.tp_overlap and plan.tp > 1:
-        cfg["compile"] = {"enable": True, "components": ["model", "loss"]}
+        cfg["compile"] = {"enable": True}          # components default: model, loss
     if t.precision == "fp8":
         fp8 = {"recipe_name": "tensorwise"}
         if zero == 3 and plan.dp_shard > 1:
