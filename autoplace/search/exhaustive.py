@@ -13,7 +13,8 @@ is solved per plan from two memory evaluations per stage (r = 0, r = 1) and chec
 `collapse_block=False` evaluates every r (the tests compare both).
 
 Ties (equal step time) are broken by the canonical enumeration order (`Block.keys`), so results
-do not depend on chunking.
+do not depend on chunking or on the number of worker processes (large searches fork one worker per
+CPU; each evaluates a share of the blocks and returns its top-k and counts, which are merged).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 
 from autoplace.cost import memory as Mm
 from autoplace.search.batch import PlanBatch
-from autoplace.search.enumerate import DEFAULT_CHUNK, Block, Enumeration, enumerate_space
+from autoplace.search.enumerate import DEFAULT_CHUNK, Block, Enumeration, enumerate_space, rules_separable
 
 RESULT_KEYS = ("step_s", "fits", "peak_bytes", "limit_bytes")
 
@@ -126,19 +127,18 @@ def _block_layers(ctx, hw, blk: Block, space, headroom: float):
     return rl_full, rl_slot, hi
 
 
-def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
-                   collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None) -> dict:
-    """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
-    top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio."""
-    t0 = time.perf_counter()
-    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block)
+PARALLEL_MIN = 600_000       # evaluations above which blocks are spread over worker processes
+
+
+def _process(ctx, hw, space, headroom, top_k, en, specs, separable, progress=None, total=0, done0=0,
+             threshold=None) -> dict:
+    """Evaluate the blocks `specs`; returns the partial result (mergeable)."""
     top = TopK(max(1, int(top_k)))
-    legal_n = 0
-    feasible_n = 0
-    evaluated = 0
-    total = en.evaluated
-    done = 0
-    for blk in en.blocks(chunk):
+    legal_n = feasible_n = evaluated = below = 0
+    before = dict(en.pruned_by_rule)
+    done = done0
+    for spec in specs:
+        blk = en.make_block(spec)
         g = blk.grid
         bs = blk.block_slot
         rl_slot = None
@@ -146,7 +146,8 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             rl_full, rl_slot, hi = _block_layers(ctx, hw, blk, space, headroom)
             g = g.with_col(recompute_layers=rl_full)
             blk.grid = g
-        legal = en.legal_block(blk)
+        # every rule reads one option group → the early checks were complete (no second pass)
+        legal = np.ones(blk.size, dtype=bool) if separable else en.legal_block(blk)
         ev = evaluate_block(ctx, hw, g, headroom)
         step, fits = ev["step_s"], ev["fits"].astype(bool)
         if bs >= 0:
@@ -154,8 +155,7 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             # on the wrong side of a rounding boundary, then re-evaluate
             for _ in range(3):
                 slot_fits = fits.reshape(g.shape)[blk.on_rc(slice(bs, bs + 1))]
-                pred = rl_slot <= hi
-                bad = pred & ~slot_fits & (rl_slot < hi)
+                bad = (rl_slot <= hi) & ~slot_fits & (rl_slot < hi)
                 if not bad.any():
                     break
                 rl_slot = np.where(bad, rl_slot + 1, rl_slot)
@@ -164,7 +164,7 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
         feasible = legal & fits & np.isfinite(step)
         keys = blk.keys()
-        # counts: the block slot stands for n_rl plans (legal) and hi − r* + 1 of them fit
+        # counts: the block slot stands for n_rl plans (legal), of which hi − r* + 1 fit
         if bs >= 0 and blk.n_rl > 1:
             slot = blk.on_rc(slice(bs, bs + 1))
             wl = np.ones(g.shape, dtype=np.int64)
@@ -177,18 +177,123 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             legal_n += int(np.count_nonzero(legal))
             feasible_n += int(np.count_nonzero(feasible))
         evaluated += blk.size
-        ratio = ev["peak_bytes"] / ev["limit_bytes"]
+        if threshold is not None:
+            below += int(np.count_nonzero(feasible & (step < threshold)))
+        with np.errstate(all="ignore"):
+            ratio = ev["peak_bytes"] / ev["limit_bytes"]
         top.offer(g, step, keys, feasible, legal & np.isfinite(ratio), ratio)
         done += blk.size
         if progress is not None:
             progress(done, total)
+    pruned = {k: v - before.get(k, 0) for k, v in en.pruned_by_rule.items() if v - before.get(k, 0)}
+    return {"top": top, "legal": legal_n, "feasible": feasible_n, "evaluated": evaluated, "pruned": pruned,
+            "below": below}
+
+
+def _merge(parts: list, k: int) -> dict:
+    top = TopK(max(1, int(k)))
+    out = {"legal": 0, "feasible": 0, "evaluated": 0, "pruned": {}, "below": 0}
+    steps, keys, batches = [], [], []
+    for part in parts:
+        t = part["top"]
+        for f in ("legal", "feasible", "evaluated", "below"):
+            out[f] += part[f]
+        for rid, v in part["pruned"].items():
+            out["pruned"][rid] = out["pruned"].get(rid, 0) + v
+        if t.batch is not None and len(t.batch):
+            steps.append(t.steps); keys.append(t.keys); batches.append(t.batch)
+        if t.close_batch is not None and (t.close_ratio < top.close_ratio or
+                                          (t.close_ratio == top.close_ratio and t.close_key < top.close_key)):
+            top.close_ratio, top.close_key, top.close_batch = t.close_ratio, t.close_key, t.close_batch
+    if steps:
+        st, ky = np.concatenate(steps), np.concatenate(keys)
+        b = PlanBatch.concat(batches)
+        order = np.lexsort((ky, st))[:top.k]
+        top.steps, top.keys, top.batch = st[order], ky[order], b.take(order)
+    out["top"] = top
+    return out
+
+
+_JOB = None
+
+
+def _work(task):
+    ctx, hw, space, headroom, top_k, en, specs, separable, threshold = _JOB
+    return _process(ctx, hw, space, headroom, top_k, en, [specs[i] for i in task], separable, threshold=threshold)
+
+
+def default_workers(n_eval: int) -> int:
+    import os
+    if n_eval < PARALLEL_MIN:
+        return 1
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        n = os.cpu_count() or 1
+    return max(1, min(n, 16))
+
+
+def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
+                   collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None,
+                   workers: int | None = None, threshold: float | None = None) -> dict:
+    """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
+    top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio.
+
+    threshold: also count the evaluated feasible plans faster than this step time (stats
+    `faster_than_threshold`; a collapsed block-recompute family counts once).
+
+    workers: processes to spread blocks over (fork; default: all CPUs when the search has more
+    than PARALLEL_MIN evaluations, else 1)."""
+    global _JOB
+    t0 = time.perf_counter()
+    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block)
+    separable = rules_separable(ctx, en)
+    specs = en.block_specs(chunk)
+    total = en.evaluated
+    n_workers = default_workers(total) if workers is None else max(1, int(workers))
+    n_workers = min(n_workers, max(1, len(specs)))
+    parts = []
+    if n_workers > 1:
+        import multiprocessing as mp
+        try:
+            mctx = mp.get_context("fork")
+        except ValueError:  # pragma: no cover - no fork on this platform
+            mctx = None
+        if mctx is None:
+            n_workers = 1
+        else:
+            # interleave blocks over tasks (blocks of one signature are similar in cost)
+            n_tasks = min(len(specs), n_workers * 6)
+            tasks = [list(range(i, len(specs), n_tasks)) for i in range(n_tasks)]
+            sizes = [sum(int(np.prod(specs[j][0][:len(en.groups)])) * len(specs[j][1]) for j in t) for t in tasks]
+            _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold)
+            try:
+                with mctx.Pool(n_workers) as pool:
+                    done = 0
+                    for part, sz in zip(pool.imap(_work, tasks), sizes):
+                        parts.append(part)
+                        done += part["evaluated"]
+                        if progress is not None:
+                            progress(done, total)
+            finally:
+                _JOB = None
+    if n_workers <= 1:
+        parts = [_process(ctx, hw, space, headroom, top_k, en, specs, separable, progress, total, threshold=threshold)]
+    else:
+        for part in parts:      # block-level rule charges happened in the workers' copies
+            for rid, v in part["pruned"].items():
+                en.pruned_by_rule[rid] = en.pruned_by_rule.get(rid, 0) + v
+    res = _merge(parts, top_k)
+    top = res["top"]
     secs = time.perf_counter() - t0
     stats = {
         "candidates": en.candidates,
-        "legal": legal_n,
-        "feasible": feasible_n,
+        "legal": res["legal"],
+        "feasible": res["feasible"],
         "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())),
-        "evaluated": evaluated,
+        "evaluated": res["evaluated"],
+        "workers": n_workers,
+        **({"faster_than_threshold": res["below"]} if threshold is not None else {}),
         "method": "exhaustive",
         "optimal": True,
         "seconds": secs,

@@ -22,7 +22,7 @@ rules then prune what is illegal (and count it).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 if sys.version_info >= (3, 11):

@@ -1,0 +1,321 @@
+"""`autoplace search`: the fastest plan that fits, proven fastest under the model, and why.
+
+Exit codes: 0 found, 1 bad input, 3 no legal plan fits the memory limit.
+Never imports torch / optuna / ortools at module import time (start-up stays fast).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import typer
+
+from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
+
+GIB = 2**30
+
+
+class _LazyProgress:
+    """A rich progress bar on stderr that only appears once the search has run for `delay` s."""
+
+    def __init__(self, label: str, enabled: bool = True, delay: float = 1.0):
+        self.t0 = time.perf_counter()
+        self.label, self.enabled, self.delay = label, enabled, delay
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < self.delay:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=max(total, 1))
+        self.bar.update(self.task, completed=done, total=max(total, 1))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world):
+    from autoplace.errors import InputError
+    from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
+    from autoplace.specs.training import TrainingSpec
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError("give either --global-batch (sequences) or --global-batch-tokens, not both")
+    s = seq_len or (model.max_seq_len if not model.states_only else 2048)
+    if s < 1:
+        raise InputError(f"--seq-len must be ≥ 1, got {s}")
+    if global_batch is not None:
+        note = f"global batch {global_batch} sequences × {s} = {global_batch * s:,} tokens per step (--global-batch)"
+        B = global_batch
+    else:
+        tokens = global_batch_tokens if global_batch_tokens is not None else DEFAULT_TOKENS_PER_STEP
+        if tokens < 1:
+            raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
+        B, note = default_global_batch(s, world, tokens)
+    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime), note
+
+
+def rle(xs) -> str:
+    """[1, 2, 2, 2, 1] → '1,2×3,1' (compact per-stage lists)."""
+    out, prev, n = [], None, 0
+    for x in list(xs) + [object()]:
+        if x == prev:
+            n += 1
+            continue
+        if prev is not None:
+            out.append(f"{prev}×{n}" if n > 1 else str(prev))
+        prev, n = x, 1
+    return ",".join(out)
+
+
+def _schedule(p) -> str:
+    if p.pp == 1:
+        return "-"
+    if p.schedule == "interleaved":
+        return f"interleaved v{p.vpp}" + (f" G{p.vpp_group}" if p.vpp_group and p.vpp_group != p.pp else "")
+    return p.schedule
+
+
+def _recompute(p) -> str:
+    if p.stage_recompute:
+        return "per stage [" + rle(p.stage_recompute) + "]" if any(p.stage_recompute) else p.recompute.replace("block", "none")
+    if p.recompute == "block":
+        return f"block {p.recompute_layers}/stage"
+    return p.recompute
+
+
+def _zero(p) -> str:
+    z = str(p.zero)
+    if p.zero == 3 and not p.reshard_after_forward:
+        z += " hold"
+    if p.offload != "none":
+        z += f" +off:{p.offload}" + (f"({p.offload_fraction:g})" if p.offload_fraction != 1 else "")
+    return z
+
+
+def _degrees(p) -> str:
+    dp = f"{p.dp}" + (f"({p.dp_replicate}×{p.dp_shard})" if p.dp_replicate > 1 else "")
+    s = f"dp{dp} tp{p.tp} pp{p.pp}"
+    if p.layer_split:
+        s += " layers[" + rle(p.layer_split) + "]"
+    if p.cp > 1:
+        s += f" cp{p.cp}"
+    if p.ep > 1:
+        s += f" ep{p.ep}" + (f" etp{p.t_exp}" if p.t_exp != p.tp else "")
+    return s
+
+
+def render(result, docs, train_note, space, explain: bool, console) -> None:
+    from rich.table import Table
+    stats = result["stats"]
+    d0 = docs[0]
+    con = console
+    con.print(f"[bold]{d0['model']['name']}[/] on {d0['hardware']['gpus']} × {d0['hardware']['name']} · "
+              f"seq {d0['training']['seq_len']} · global batch {d0['training']['global_batch']} · "
+              f"{d0['training']['precision']} · space [bold]{space.name}[/]")
+    t = Table(title=f"top {len(docs)} plans (method {stats['method']}"
+                    f"{', optimal under the model' if stats.get('optimal') else ', not proven optimal'})", title_justify="left")
+    for col, just in (("#", "right"), ("degrees", "left"), ("zero", "left"), ("sp", "center"),
+                      ("recompute", "left"), ("mbs", "right"), ("schedule", "left"), ("step s", "right"),
+                      ("tok/s/GPU", "right"), ("MFU", "right"), ("peak/limit GiB", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    from autoplace.plan import Plan
+    for i, d in enumerate(docs):
+        p = Plan.from_dict(d["plan"])
+        tm, mem = d["time"], d["memory"]
+        t.add_row(str(i + 1), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
+                  _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), f"{tm['step_s']:.3f}",
+                  f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
+                  f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
+                  style="bold" if i == 0 else None)
+    con.print(t)
+    if len(docs) > 1:
+        con.print(why_lines(docs[0], docs[1]))
+    s = stats
+    con.print(f"[dim]{s['candidates']:,} candidates · {s['legal']:,} legal · "
+              + (f"{s['feasible']:,} fit · " if s.get("feasible") is not None else "")
+              + f"{s['evaluated']:,} evaluated · {s['seconds']:.2f} s · {s['method_reason']}[/]")
+    if explain:
+        con.print(f"[dim]{train_note}[/]")
+        if s["pruned_by_rule"]:
+            from autoplace.placement.rules import RULES_BY_ID
+            pt = Table(title="plans pruned by rule", title_justify="left")
+            pt.add_column("rule")
+            pt.add_column("plans", justify="right")
+            pt.add_column("meaning")
+            for rid, n in s["pruned_by_rule"].items():
+                pt.add_row(rid, f"{n:,}", RULES_BY_ID[rid].title if rid in RULES_BY_ID else "")
+            con.print(pt)
+        if "ilp" in s:
+            con.print(f"[dim]ILP refinement: {s['ilp']}[/]")
+        from autoplace.report import render_estimate
+        con.print("[bold]winner in detail[/]")
+        render_estimate(docs[0], con)
+
+
+def why_lines(a: dict, b: dict) -> str:
+    """Why plan a beats plan b: knobs that differ, then the breakdown terms that differ most."""
+    pa, pb = a["plan"], b["plan"]
+    keys = ("dp", "dp_replicate", "tp", "pp", "vpp", "cp", "ep", "zero", "reshard_after_forward", "sp",
+            "recompute", "recompute_layers", "offload", "offload_fraction", "mbs", "schedule", "vpp_group",
+            "rank_order", "tp_overlap", "layer_split", "stage_recompute")
+    inter = "interleaved" in (pa.get("schedule"), pb.get("schedule"))
+    fmt = lambda v: "[" + rle(v) + "]" if isinstance(v, (list, tuple)) else str(v)  # noqa: E731
+    diff = [f"{k} {fmt(pa[k])} vs {fmt(pb[k])}" for k in keys if k in pa and pa.get(k) != pb.get(k)
+            and (inter or k not in ("vpp", "vpp_group"))]
+    ta, tb = a["time"], b["time"]
+    d = ta["step_s"] - tb["step_s"]
+    terms = []
+    for k, va in ta["breakdown_s"].items():
+        vb = tb["breakdown_s"].get(k, 0.0)
+        if abs(va - vb) > max(1e-4 * tb["step_s"], 1e-7):
+            terms.append((va - vb, k, va, vb))
+    terms.sort(key=lambda x: x[0])
+    if abs(d) <= 1e-9 * tb["step_s"]:
+        head = (f"[bold]#1 and #2 tie[/] at {ta['step_s']:.4f} s under the model (#1 comes first in the "
+                f"canonical enumeration order): ")
+    else:
+        head = (f"[bold]why #1 beats #2[/] ({ta['step_s']:.4f} s vs {tb['step_s']:.4f} s, "
+                f"{-d / tb['step_s']:.2%} faster): ")
+    out = [head + ("; ".join(diff) if diff else "same knobs")]
+    if terms:
+        out.append("  " + "; ".join(f"{k} {va:.4f} vs {vb:.4f} s ({dv:+.4f})" for dv, k, va, vb in terms[:5]))
+    ma, mb = a["memory"]["peak_bytes"], b["memory"]["peak_bytes"]
+    if abs(ma - mb) > 2**26:
+        out.append(f"  peak memory {ma / GIB:.1f} vs {mb / GIB:.1f} GiB")
+    return "\n".join(out)
+
+
+def _docs(model, hw, train, plans, world, headroom):
+    from autoplace.estimate import estimate
+    return [estimate(model, hw, train, p, world, headroom) for p in plans]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @cli_errors
+    def search(
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="preset (13b, llama3-70b, …) or HF config.json path"),
+        gpus: int = typer.Option(..., "--gpus", "-n", help="total GPUs (world size)"),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="default: the profile's (8)"),
+        hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml (default H100-SXM-80GB)"),
+        gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's native length"),
+        global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
+        global_batch_tokens: Optional[int] = typer.Option(None, "--global-batch-tokens",
+                                                          help="tokens per step (default ~4M = 2^22), rounded to legal plans"),
+        precision: str = typer.Option("bf16", "--precision"),
+        regime: str = typer.Option("zero", "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …)"),
+        space: str = typer.Option("default", "--space", help="search space name (default, megatron, fsdp) or .toml path"),
+        method: str = typer.Option("auto", "--method", help="auto | exhaustive | ilp | bayes"),
+        top_k: int = typer.Option(5, "--top-k", "-k"),
+        headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
+        trials: int = typer.Option(200, "--trials", help="Optuna trials (--method bayes)"),
+        workers: Optional[int] = typer.Option(None, "--workers", help="processes for exhaustive search (default: all CPUs on large searches)"),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+        explain: bool = typer.Option(False, "--explain", help="pruning by rule, batch choice, winner in detail"),
+        emit: Optional[str] = typer.Option(None, "--emit", help="write plan.json and launcher files of the winner to DIR"),
+        launcher: Optional[List[str]] = typer.Option(None, "--launcher", "-l", help="launcher(s) for --emit (default all)"),
+        profile_top: Optional[int] = typer.Option(None, "--profile-top", help="measure the top K plans with torch runs"),
+    ):
+        """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
+        from autoplace import SCHEMA_VERSION
+        from autoplace.errors import InputError, NoFeasiblePlanError
+        from autoplace.placement.rules import Ctx
+        from autoplace.search.driver import METHODS, run_search
+        from autoplace.search.space import load_space
+        world = check_gpus(gpus)
+        if method not in METHODS:
+            raise InputError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
+        if top_k < 1:
+            raise InputError(f"--top-k must be ≥ 1, got {top_k}")
+        if launcher and not emit:
+            raise InputError("--launcher needs --emit DIR")
+        m = resolve_model(model, None)
+        if m.states_only:
+            raise InputError("search needs a model shape (--model preset or config.json)")
+        hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
+        train, train_note = build_training(m, seq_len, global_batch, global_batch_tokens, precision, regime, world)
+        sp = load_space(space)
+        ctx = Ctx(m, train, world)
+        prog = _LazyProgress(f"search {m.name} on {world} GPUs")
+        try:
+            result = run_search(ctx, hw, sp, method=method, top_k=top_k, headroom=headroom, progress=prog,
+                                trials=trials, workers=workers)
+        except NoFeasiblePlanError as e:
+            prog.close()
+            res = getattr(e, "result", None)
+            if as_json and res is not None:
+                closest = res.get("closest")
+                doc = {"schema_version": SCHEMA_VERSION, "plans": [],
+                       "closest": _docs(m, hw, train, [closest], world, headroom)[0] if closest else None,
+                       "stats": _stats_json(res["stats"], train_note), "error": str(e)}
+                print_json(doc)
+            raise
+        finally:
+            prog.close()
+        docs = _docs(m, hw, train, result["plans"], world, headroom)
+        stats = result["stats"]
+        if as_json:
+            print_json({"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
+                        "space": sp.to_dict()})
+        else:
+            from rich.console import Console
+            con = Console()
+            if not con.is_terminal:
+                con = Console(width=150)
+            render(result, docs, train_note, sp, explain, con)
+        if emit:
+            _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
+        if profile_top:
+            _profile(m, hw, train, result["plans"][:profile_top], world, docs[:profile_top])
+
+
+def _stats_json(stats: dict, train_note: str) -> dict:
+    keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
+            "method_reason", "optimal_note", "workers", "trials", "seed", "ilp")
+    out = {k: stats[k] for k in keys if k in stats}
+    out["global_batch_note"] = train_note
+    return out
+
+
+def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
+    from autoplace.errors import AutoplaceError
+    try:
+        from autoplace.export import emit_for_search, plan_document
+    except ImportError as e:
+        raise AutoplaceError(f"--emit: the exporter is not available ({e})") from None
+    pdoc = plan_document(model, hw, train, plan, world, predicted=doc.get("time"))
+    res = emit_for_search(pdoc, out_dir, tuple(launchers) if launchers else ("all",))
+    if not quiet:
+        try:
+            from autoplace.cli.export import render_result
+            render_result(res)
+        except ImportError:  # pragma: no cover
+            typer.echo(f"wrote {res.out_dir}")
+    else:
+        typer.echo(f"emitted to {res.out_dir}", err=True)
+
+
+def _profile(model, hw, train, plans, world, docs):
+    from autoplace.errors import AutoplaceError
+    try:
+        import importlib
+        importlib.import_module("autoplace.profile.candidates")     # the implementation must exist
+        from autoplace.profile import profile_candidates
+    except ImportError as e:
+        raise AutoplaceError(f"--profile-top: the profiler is not available ({e})") from None
+    out = profile_candidates(model, plans, hw=hw, train=train, world=world, predicted=docs)
+    if out is not None:
+        typer.echo(str(out), err=True)

@@ -1,0 +1,200 @@
+"""Optuna search over the same space (`--method bayes`): TPE with memory as a constraint.
+
+For spaces too large to enumerate, and later for measured objectives (a trial = a profiled run).
+
+Parametrization — legal by construction, static for multivariate TPE: every knob is one float
+u ∈ [0, 1) and the plan is decoded hierarchically from the enumeration's own tables
+(`autoplace.search.enumerate`, i.e. after the composition rules): u_tp picks tp among the legal
+degree rows, u_pp picks pp among the rows left, …, then inside each option group u_zero picks a
+ZeRO variant among that row's legal options, u_dp_replicate a replicate degree among those left, and
+so on. Every trial is therefore a legal plan (`check` confirms it), and the space never changes
+between trials (define-by-run conditionals would make multivariate TPE fall back to independent
+sampling).
+
+Memory is a constraint: `trial.set_constraint("memory", peak/limit − 1)` (Optuna ≥ 5; feasible
+≤ 0), falling back to `constraints_func` on older Optuna. The study is seeded with
+`study.enqueue_trial` at the analytic optimum (see `analytic_seed`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from autoplace.search.batch import PlanBatch
+
+DEG_KNOBS = ("tp", "pp", "cp", "ep", "t_exp")
+
+
+class Decoder:
+    """u-vector ↔ plan over the legal tables of an `Enumeration` (built with collapse_block=False)."""
+
+    def __init__(self, en):
+        self.en = en
+        rows = np.nonzero(en.totals_eval > 0)[0]
+        self.rows = rows
+        self.deg_knobs = [k for k in DEG_KNOBS if len(np.unique(en.deg[k][rows])) > 1] if rows.size else []
+        self.group_knobs = []
+        for g in en.groups:
+            ks = [k for k in g.cols if len(np.unique(g.cols[k][np.isin(g.owner, rows)])) > 1] if rows.size else []
+            self.group_knobs.append(ks)
+        self.names = list(self.deg_knobs) + [k for ks in self.group_knobs for k in ks]
+
+    @staticmethod
+    def _pick(values: np.ndarray, u: float):
+        uniq = list(dict.fromkeys(values.tolist()))
+        j = min(len(uniq) - 1, max(0, int(math.floor(u * len(uniq)))))
+        return uniq[j]
+
+    @staticmethod
+    def _u(values: np.ndarray, v) -> float:
+        uniq = list(dict.fromkeys(values.tolist()))
+        return (uniq.index(v) + 0.5) / len(uniq)
+
+    def decode(self, u: dict) -> PlanBatch:
+        en = self.en
+        cand = self.rows
+        for k in self.deg_knobs:
+            v = self._pick(en.deg[k][cand], u[k])
+            cand = cand[en.deg[k][cand] == v]
+        d = int(cand[0])
+        cols = {c: en.deg[c][[d]] for c in en.deg}
+        for g, ks in zip(en.groups, self.group_knobs):
+            a, c = g.offsets[d], g.counts[d]
+            opt = np.arange(a, a + c)
+            for k in ks:
+                v = self._pick(g.cols[k][opt], u[k])
+                opt = opt[g.cols[k][opt] == v]
+            for name, arr in g.cols.items():
+                cols[name] = arr[opt[:1]]
+        return PlanBatch(**cols)
+
+    def encode(self, plan) -> dict | None:
+        """u-values that decode to `plan` (None when the plan is not in the tables)."""
+        en = self.en
+        b = PlanBatch.from_plans([plan]) if not isinstance(plan, PlanBatch) else plan
+        u = {}
+        cand = self.rows
+        for k in self.deg_knobs:
+            v = getattr(b, k)[0].item()
+            if v not in en.deg[k][cand]:
+                return None
+            u[k] = self._u(en.deg[k][cand], v)
+            cand = cand[en.deg[k][cand] == v]
+        rest = [k for k in DEG_KNOBS if k not in self.deg_knobs]
+        cand = cand[np.all([en.deg[k][cand] == getattr(b, k)[0] for k in rest], axis=0)] if rest else cand
+        if cand.size == 0:
+            return None
+        d = int(cand[0])
+        for g, ks in zip(en.groups, self.group_knobs):
+            a, c = g.offsets[d], g.counts[d]
+            opt = np.arange(a, a + c)
+            for k in ks:
+                v = getattr(b, k)[0].item()
+                if v not in g.cols[k][opt]:
+                    return None
+                u[k] = self._u(g.cols[k][opt], v)
+                opt = opt[g.cols[k][opt] == v]
+        return u
+
+
+def _coarse(space):
+    """A small sub-space for the analytic seed: every degree, ZeRO level, HSDP split, SP choice,
+    non-block recompute mode and mbs ≤ 8 — but no offload, no block recompute, no TP overlap,
+    1F1B or vpp 2 with G = pp, one rank order. Cheap at any GPU count."""
+    from autoplace.search.space import Choice
+    mbs = space.mbs
+    mbs = Choice(tuple(v for v in (1, 2, 4, 8) if not mbs.values or v in mbs.values) or mbs.values[:1])
+    vpp = Choice((2,)) if (not space.vpp.values or 2 in space.vpp.values) else Choice(space.vpp.values[:1])
+    rc = tuple(c for c in space.recompute if c != 3) or space.recompute[:1]
+    return space.with_(tp_overlap=space.tp_overlap[:1], recompute=rc,
+                       offload=(0,) if 0 in space.offload else space.offload[:1],
+                       offload_fraction=space.offload_fraction[-1:], mbs=mbs,
+                       schedule=tuple(c for c in space.schedule if c in (0, 1)) or space.schedule[:1],
+                       vpp=vpp, vpp_group=space.vpp_group[:1], rank_order=space.rank_order[:1],
+                       dp_overlap=space.dp_overlap[:1])
+
+
+def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3) -> list:
+    """The best plans of the coarse sub-space (exhaustive, vectorized): the analytic optimum of the
+    common recipes, cheap at any size. Returns up to k Plans, best first."""
+    from autoplace.search.exhaustive import run_exhaustive
+    r = run_exhaustive(ctx, hw, _coarse(space), headroom, top_k=k, collapse_block=True)
+    return [r["top"].plan(i) for i in range(len(r["top"]))]
+
+
+def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: int = 0,
+              seed_plans=(), timeout_s: float | None = None, top_k: int = 5, progress=None) -> dict:
+    """TPE search; returns the same result dict as run_exhaustive (optimal = False)."""
+    import optuna
+    from autoplace.cost.memory import memory_limit
+    from autoplace.cost.step import evaluate
+    from autoplace.placement.rules import check
+    from autoplace.search.enumerate import enumerate_space
+
+    t0 = time.perf_counter()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    en = enumerate_space(ctx, space, collapse_block=False)
+    dec = Decoder(en)
+    if en.evaluated == 0:
+        return {"top": PlanBatch.empty(), "steps": np.zeros(0), "closest": None, "closest_ratio": math.inf,
+                "stats": {"candidates": en.candidates, "legal": 0, "feasible": 0,
+                          "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())), "evaluated": 0,
+                          "method": "bayes", "optimal": False, "seconds": time.perf_counter() - t0},
+                "enumeration": en}
+    limit = float(memory_limit(hw, headroom))
+    use_set_constraint = hasattr(optuna.trial.Trial, "set_constraint")
+    kw = {"seed": seed, "n_startup_trials": 10}
+    if not use_set_constraint:
+        kw["constraints_func"] = lambda ft: (ft.user_attrs.get("memory_violation", 1.0),)
+    sampler = optuna.samplers.TPESampler(**kw)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    seen: dict = {}
+
+    for sp in seed_plans:
+        u = dec.encode(sp) if sp is not None else None
+        if u is not None:
+            study.enqueue_trial(u, skip_if_exists=True)
+
+    def objective(trial):
+        u = {k: trial.suggest_float(k, 0.0, 1.0) for k in dec.names}
+        b = dec.decode(u)
+        plan = b.plan(0)
+        key = plan
+        if key in seen:
+            step, viol, illegal = seen[key][:3]
+        else:
+            illegal = len(check(ctx, plan))
+            with np.errstate(all="ignore"):
+                ev = evaluate(ctx, hw, b, headroom)
+            step = float(np.asarray(ev["step_s"]).reshape(-1)[0])
+            peak = float(np.asarray(ev["peak_bytes"]).reshape(-1)[0])
+            viol = peak / limit - 1.0
+            if not math.isfinite(step):
+                step = 1e9
+            seen[key] = (step, viol, illegal, b)
+        trial.set_user_attr("memory_violation", float(viol))
+        if use_set_constraint:
+            trial.set_constraint("memory", float(viol))
+            trial.set_constraint("rules", float(illegal))
+        if progress is not None:
+            progress(trial.number + 1, n_trials)
+        return step
+
+    study.optimize(objective, n_trials=n_trials, timeout=timeout_s, gc_after_trial=False)
+    vals = list(seen.values())
+    feas = sorted((v for v in vals if v[1] <= 0 and v[2] == 0), key=lambda v: v[0])
+    best = feas[:top_k]
+    top = PlanBatch.concat([v[3] for v in best]) if best else PlanBatch.empty()
+    closest, ratio = None, math.inf
+    if not best and vals:
+        v = min(vals, key=lambda v: v[1] if v[2] == 0 else math.inf)
+        closest, ratio = v[3], v[1] + 1.0
+    stats = {"candidates": en.candidates, "legal": int(en.totals_kept.sum()), "feasible": None,
+             "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())), "evaluated": len(seen),
+             "trials": len(study.trials), "method": "bayes", "optimal": False,
+             "seconds": time.perf_counter() - t0}
+    return {"top": top, "steps": np.array([v[0] for v in best]), "stats": stats, "closest": closest,
+            "closest_ratio": ratio, "enumeration": en, "study": study}

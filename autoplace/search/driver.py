@@ -1,0 +1,245 @@
+"""`run_search`: the entry point of `autoplace search` and the benchmarks.
+
+Methods
+- `exhaustive`: every legal uniform plan evaluated (exact optimum under the model; `optimal: true`).
+- `ilp`: exhaustive, then CP-SAT re-splits the layers and recompute counts of the top plans that use
+  a pipeline (non-uniform stages); a refined plan replaces its uniform parent when `evaluate` says it
+  is faster.
+- `bayes`: Optuna TPE over the same space, seeded with the analytic optimum (the exhaustive
+  optimum when the space is small enough, else the optimum of the coarse sub-space).
+- `auto`: `exhaustive` when the plans to evaluate are at most `AUTO_EXHAUSTIVE_MAX`, else `bayes`;
+  then the ILP refinement when the winner has a 1F1B/GPipe pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from autoplace.errors import InputError, NoFeasiblePlanError
+
+AUTO_EXHAUSTIVE_MAX = 40_000_000       # evaluations (≈ 40 s single core at ~1 M/s)
+DEFAULT_TOKENS_PER_STEP = 2**22        # "~4M tokens per step" (4,194,304 = 4 Mi tokens, Llama-style)
+METHODS = ("auto", "exhaustive", "ilp", "bayes")
+GIB = 2**30
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_global_batch(seq_len: int, world: int, tokens: int = DEFAULT_TOKENS_PER_STEP) -> tuple[int, str]:
+    """Global batch (sequences) for ~`tokens` per step that admits legal plans.
+
+    B0 = tokens / seq_len. D = the largest divisor of the GPU count not above B0 (the most
+    data-parallel degree one sequence per GPU allows); B = the multiple of D nearest to B0 (at least
+    D). Then dp = D and every divisor of D divide B, so micro-batching (rule D4) never rules out the
+    data-parallel degrees — with power-of-two counts this is just B0 rounded.
+    """
+    b0 = max(1.0, tokens / seq_len)
+    D = max(d for d in _divisors(world) if d <= b0) if world >= 1 else 1
+    B = max(D, int(round(b0 / D)) * D)
+    note = (f"global batch {B} sequences × {seq_len} = {B * seq_len:,} tokens per step: the multiple of "
+            f"{D} (largest divisor of {world} GPUs ≤ {tokens:,}/{seq_len} = {b0:g}) nearest to {b0:g}")
+    return B, note
+
+
+def _result_plans(res) -> list:
+    top = res["top"]
+    return [top.plan(i) for i in range(len(top))]
+
+
+def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: float = 0.0,
+               progress=None, trials: int = 200, seed: int = 0, chunk: int | None = None,
+               workers: int | None = None) -> dict:
+    """Search `space` for ctx (model, training, world) on hw.
+
+    Returns {plans: [Plan], steps: [s], stats: {...}, closest: Plan | None, closest_ratio,
+    enumeration}. Raises NoFeasiblePlanError when no legal plan fits (its `closest` attribute
+    carries the plan that came closest).
+    """
+    from autoplace.search.enumerate import DEFAULT_CHUNK, enumerate_space
+    from autoplace.search.exhaustive import run_exhaustive
+    if method not in METHODS:
+        raise InputError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
+    if top_k < 1:
+        raise InputError(f"--top-k must be ≥ 1, got {top_k}")
+    if not 0.0 <= headroom < 1.0:
+        raise InputError(f"--memory-headroom must be in [0, 1), got {headroom}")
+    t0 = time.perf_counter()
+    chunk = chunk or DEFAULT_CHUNK
+    en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True)
+    chosen = method
+    reason = ""
+    if method == "auto":
+        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
+            chosen = "exhaustive"
+            reason = (f"{en.evaluated:,} plans to evaluate ≤ {AUTO_EXHAUSTIVE_MAX:,}: exhaustive (exact)")
+        else:
+            chosen = "bayes"
+            reason = (f"{en.evaluated:,} plans to evaluate > {AUTO_EXHAUSTIVE_MAX:,}: Optuna TPE "
+                      f"({trials} trials) seeded with the coarse-space optimum")
+    if chosen in ("exhaustive", "ilp"):
+        res = run_exhaustive(ctx, hw, space, headroom, top_k=top_k, chunk=chunk, progress=progress,
+                             enumeration=en, workers=workers)
+    else:
+        from autoplace.search.bayes import analytic_seed, run_bayes
+        seeds = []
+        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
+            ex = run_exhaustive(ctx, hw, space, headroom, top_k=1, chunk=chunk, enumeration=en, workers=workers)
+            seeds = _result_plans(ex)
+            seed_note = "exhaustive optimum"
+        else:
+            seeds = analytic_seed(ctx, hw, space, headroom)
+            seed_note = "coarse-space optimum"
+        res = run_bayes(ctx, hw, space, headroom, n_trials=trials, seed=seed, seed_plans=seeds,
+                        top_k=top_k, progress=progress)
+        res["stats"]["seed"] = seed_note
+        if not reason:
+            reason = f"Optuna TPE ({trials} trials) seeded with the {seed_note}"
+    stats = res["stats"]
+    plans = _result_plans(res)
+    steps = [float(s) for s in res["steps"]]
+    stats["method"] = chosen
+    # non-uniform refinement
+    if chosen == "ilp" or (plans and method == "auto" and plans[0].pp > 1 and plans[0].v == 1):
+        plans, steps, info = refine_top(ctx, hw, plans, steps, headroom, top_k,
+                                        only_first=(chosen != "ilp"), space=space if chosen == "ilp" else None,
+                                        en=res["enumeration"] if chosen == "ilp" else None)
+        stats["ilp"] = info
+        if plans and plans[0].layer_split:
+            stats["method"] = chosen + "+ilp" if chosen != "ilp" else "ilp"
+            stats["optimal"] = False
+            stats["optimal_note"] = ("exact over the uniform plans of the space; the non-uniform winner is the "
+                                     "CP-SAT optimum of its parent's per-stage sub-problem, not proven over all "
+                                     "non-uniform plans")
+    stats["method_reason"] = reason or {"exhaustive": "requested: every legal plan evaluated (exact)",
+                                        "ilp": "requested: exhaustive, then CP-SAT per-stage layer split and recompute",
+                                        "bayes": "requested"}.get(chosen, "")
+    stats["seconds"] = time.perf_counter() - t0
+    out = {"plans": plans, "steps": steps, "stats": stats, "closest": None, "closest_ratio": math.inf,
+           "enumeration": en}
+    if not plans:
+        cb = res.get("closest")
+        closest = cb.plan(0) if cb is not None and len(cb) else None
+        out["closest"], out["closest_ratio"] = closest, res.get("closest_ratio", math.inf)
+        err = NoFeasiblePlanError(no_fit_message(ctx, hw, closest, headroom, stats))
+        err.closest = closest
+        err.result = out
+        raise err
+    return out
+
+
+def _pp_variants(ctx, space, plan, limit: int = 6) -> list:
+    """Pipelined 1F1B variants of a plan with other pp (same tp, cp, other knobs), including pp that
+    do not divide the layer count — only a non-uniform split can run those."""
+    W, L, B = ctx.world, ctx.model.layers, ctx.train.global_batch
+    rest = W // (plan.tp * plan.cp)
+    out = []
+    for pp in sorted(v for v in space.pp.resolve(rest) if rest % v == 0 and 1 < v <= L):
+        dp = rest // pp
+        if pp == plan.pp or B % (plan.mbs * dp) or (plan.dp_replicate > 1 and dp % plan.dp_replicate):
+            continue
+        sched = plan.schedule if plan.schedule != "interleaved" else "1f1b"
+        if sched not in ("1f1b", "gpipe"):
+            continue
+        out.append(plan.with_(pp=pp, dp=dp, schedule=sched, vpp=1, vpp_group=0,
+                              recompute_layers=min(plan.recompute_layers, max(0, L // pp - 1))))
+    # the closest pp first
+    out.sort(key=lambda q: abs(q.pp - max(plan.pp, 2)))
+    return out[:limit]
+
+
+def _uneven_parents(ctx, en, templates, limit: int = 64) -> list:
+    """Pipelined plans on degree rows that only an uneven split can run (pp ∤ L, rule D3), with the
+    other knobs of the best uniform plans; every other rule must hold."""
+    from autoplace.placement.rules import check
+    L, B = ctx.model.layers, ctx.train.global_batch
+    out = []
+    d = en.deg
+    for i in range(d["tp"].shape[0]):
+        tp, pp, cp, dp, ep, etp = (int(d[k][i]) for k in ("tp", "pp", "cp", "dp", "ep", "t_exp"))
+        if pp < 2 or L % pp == 0 or pp > L or B % dp:
+            continue
+        for tpl in templates:
+            mbs = tpl.mbs if B % (tpl.mbs * dp) == 0 else 1
+            q = tpl.with_(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=0 if etp == tp else etp, mbs=mbs,
+                          dp_replicate=tpl.dp_replicate if dp % tpl.dp_replicate == 0 else 1,
+                          schedule="1f1b" if tpl.schedule == "interleaved" else tpl.schedule, vpp=1, vpp_group=0,
+                          recompute="none" if tpl.recompute == "block" else tpl.recompute, recompute_layers=0,
+                          sp=tpl.sp and tp > 1, tp_overlap=tpl.tp_overlap and tpl.sp and tp > 1)
+            if [v.rule for v in check(ctx, q)] == ["D3"] and q not in out:
+                out.append(q)
+    return out[:limit]
+
+
+def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_limit_s: float = 10.0,
+               space=None, en=None):
+    """CP-SAT refinement of the pipelined plans among the top-k (and, with `space`, of pipelined
+    variants of them with other pp, even those that do not divide L); returns (plans, steps, info)."""
+    from autoplace.cost.step import evaluate
+    from autoplace.placement.rules import check
+    from autoplace.search.ilp import refine
+    info = {"refined": 0, "improved": 0, "solver": None, "status": {}}
+    new = list(zip(steps, range(len(plans)), plans))
+    parents = []
+    for j, p in enumerate(plans[:1] if only_first else plans):
+        if p.pp >= 2 and p.v == 1:
+            parents.append((j, p))
+        if space is not None:
+            parents += [(j, q) for q in _pp_variants(ctx, space, p)]
+    if en is not None:
+        parents += [(len(plans), q) for q in _uneven_parents(ctx, en, plans[:2])]
+    seen = set()
+    for j, p in parents:
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            r = refine(ctx, hw, p, headroom, time_limit_s)
+        except ValueError as e:
+            info["status"][str(e)] = info["status"].get(str(e), 0) + 1
+            continue
+        if r is None:
+            continue
+        q, ilp_res, _ = r
+        info["refined"] += 1
+        info["solver"] = ilp_res.solver
+        info["status"][ilp_res.status] = info["status"].get(ilp_res.status, 0) + 1
+        if check(ctx, q):
+            continue
+        with np.errstate(all="ignore"):
+            ev = evaluate(ctx, hw, q, headroom)
+        s = float(np.asarray(ev["step_s"]))
+        if bool(np.asarray(ev["fits"])) and (not steps or s < steps[-1] * (1 - 1e-9) or len(new) < top_k):
+            if any(t[2] == q for t in new):
+                continue
+            info["improved"] += int(not steps or s < steps[0] * (1 - 1e-9))
+            new.append((s, len(new) + 1000, q))
+    new.sort(key=lambda t: (t[0], t[1]))
+    new = new[:top_k]
+    return [t[2] for t in new], [t[0] for t in new], info
+
+
+def no_fit_message(ctx, hw, plan, headroom: float, stats: dict) -> str:
+    """'no legal plan fits …; closest …: stage i needs X GiB of Y GiB (over by Z): terms …'."""
+    from autoplace.cost import memory as M
+    limit = float(M.memory_limit(hw, headroom))
+    head = (f"no feasible plan: none of the {stats.get('legal', 0):,} legal plans "
+            f"({stats.get('candidates', 0):,} candidates) fits {limit / GIB:.2f} GiB per GPU on {hw.name}")
+    if plan is None:
+        return head + " (no legal plan at all: see pruned_by_rule with --explain)"
+    stages = [M.stage_memory(ctx, hw, plan, i) for i in range(plan.pp)]
+    tot = [float(np.asarray(s["total"])) for s in stages]
+    i = int(np.argmax(tot))
+    terms = {k: float(np.asarray(v)) for k, v in stages[i].items() if k != "total"}
+    over = tot[i] - limit
+    big = sorted(terms.items(), key=lambda kv: -kv[1])[:3]
+    main, mv = big[0]
+    fix = (f"{main} alone ({mv / GIB:.2f} GiB) exceeds the limit" if mv > limit else
+           f"cutting {main} by {over / GIB:.2f} GiB would fit")
+    return (f"{head}; closest: {plan.short()} — stage {i} needs {tot[i] / GIB:.2f} GiB, over by "
+            f"{over / GIB:.2f} GiB; largest terms " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in big)
+            + f" ({fix})")
