@@ -66,6 +66,17 @@ def _append(path, obj) -> None:
         os.fsync(f.fileno())
 
 
+_KEEP = ("error", "traceback", "exitcode", "signal", "killed", "failed", "exception", "oom", "memory")
+
+
+def _error_lines(text: str, limit: int = 4000) -> str:
+    """The stderr lines that say what went wrong (warnings dropped), last `limit` characters."""
+    lines = [ln for ln in text.splitlines()
+             if any(k in ln.lower() for k in _KEEP) and "warning" not in ln.lower()]
+    out = "\n".join(lines) or text
+    return out[-limit:]
+
+
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -157,7 +168,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
         # the plan in flight failed (or torchrun never started one)
         in_flight = [i for i in started if i not in done]
         failed = in_flight[-1] if in_flight else None
-        tail = stderr_path.read_text()[-4000:] if stderr_path.exists() else ""
+        tail = _error_lines(stderr_path.read_text()) if stderr_path.exists() else ""
         errors = []
         for f in sorted(work.glob(f"{progress.name}.rank*.err")):
             try:

@@ -36,9 +36,21 @@ except Exception:  # pragma: no cover - torch without DTensor
     DTensor = ()
 
 
+try:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+except Exception:  # pragma: no cover
+    AsyncCollectiveTensor = ()
+
+
 def _local(t):
-    if DTensor and isinstance(t, DTensor):
-        return t._local_tensor
+    """The plain tensor holding a DTensor's local shard / an async collective's result."""
+    for _ in range(4):
+        if DTensor and isinstance(t, DTensor):
+            t = t._local_tensor
+        elif AsyncCollectiveTensor and isinstance(t, AsyncCollectiveTensor):
+            t = t.elem
+        else:
+            break
     return t
 
 
@@ -84,7 +96,8 @@ class _ByteUnion:
         return n
 
 
-def state_bytes(modules, optimizers, extra_grads=(), device_only: str | None = None) -> dict:
+def state_bytes(modules, optimizers, extra_grads=(), device_only: str | None = None,
+                params=None) -> dict:
     """{params, grads, optimizer} bytes held by this rank (local shards, each byte once).
 
     modules: iterable of nn.Module (pipeline chunks); optimizers: iterable of optimizers (their
@@ -100,8 +113,9 @@ def state_bytes(modules, optimizers, extra_grads=(), device_only: str | None = N
             return True
         return _local(t).device.type == device_only
 
-    for m in modules:
-        for p in m.parameters():
+    plist = list(params) if params is not None else [p for m in modules for p in m.parameters()]
+    for p in plist:
+        if True:
             if keep(p):
                 P.add(p)
             if keep(p.grad):
@@ -126,11 +140,24 @@ def state_bytes(modules, optimizers, extra_grads=(), device_only: str | None = N
 
 
 # ---- saved tensors -----------------------------------------------------------------------------
-def _is_param_like(t) -> bool:
-    """A parameter (or a view of one): a leaf that requires grad."""
+def _storage_key(t):
+    t = _local(t)
+    try:
+        return (str(t.device), t.untyped_storage().data_ptr())
+    except Exception:
+        return None
+
+
+def _is_param_like(t, excluded=()) -> bool:
+    """A parameter (or a view of one, or a tensor sharing a parameter's or buffer's storage)."""
+    import torch.nn as nn
     for x in (t, _local(t)):
         base = x._base if x._base is not None else x
-        if base.is_leaf and base.requires_grad:
+        if isinstance(base, nn.Parameter) or isinstance(x, nn.Parameter):
+            return True
+    if excluded:
+        k = _storage_key(t)
+        if k is not None and k in excluded:
             return True
     return False
 
@@ -159,6 +186,19 @@ class SavedTensorCounter:
         self._region = threading.local()
         self.n_saved = 0
         self.active = False
+        self.excluded = set()      # storages of parameters and buffers (not activations)
+
+    def exclude_module_state(self, modules, tensors=()) -> None:
+        """Storages of the modules' parameters and buffers (DTensor local shards included), and of
+        `tensors`, are never activations: weights saved by linear layers, RoPE tables, etc."""
+        ts = list(tensors)
+        for m in modules:
+            ts += list(m.parameters()) + list(m.buffers())
+        for t in ts:
+            if True:
+                k = _storage_key(t)
+                if k is not None:
+                    self.excluded.add(k)
 
     # regions ---------------------------------------------------------------------------------
     @property
@@ -176,7 +216,7 @@ class SavedTensorCounter:
 
     # hooks -----------------------------------------------------------------------------------
     def _pack(self, t):
-        if not self.active or not isinstance(t, torch.Tensor) or _is_param_like(t):
+        if not self.active or not isinstance(t, torch.Tensor) or _is_param_like(t, self.excluded):
             return _Holder(t, None, None, None)
         lt = _local(t)
         try:
@@ -294,18 +334,34 @@ def _group_name(args, kwargs):
 class CommCounter(TorchDispatchMode):
     """Count collectives per mesh axis (bytes sent per rank, bus-bandwidth convention)."""
 
-    def __init__(self, axis_of_group: dict, group_sizes: dict | None = None):
+    def __init__(self, axis_of_group: dict, group_sizes: dict | None = None,
+                 axis_of_ranks: dict | None = None):
         super().__init__()
         self.axis_of_group = dict(axis_of_group)      # group_name → axis
+        self.axis_of_ranks = dict(axis_of_ranks or {})  # frozenset(global ranks) → axis
         self.group_sizes = dict(group_sizes or {})     # group_name → size
         self.bytes = defaultdict(float)                # axis → bytes sent (bus convention)
         self.ops = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # axis → op → [count, S bytes]
         self.recv_bytes = defaultdict(float)
+        self.log = None            # set to a list to record (axis, kind, S, n) per collective
 
     def _axis(self, name):
         if name is None:
             return "unknown"
-        return self.axis_of_group.get(str(name), f"group:{name}")
+        ax = self.axis_of_group.get(str(name))
+        if ax is not None:
+            return ax
+        # a group created elsewhere (a sub-mesh, a library) with the same members as a mesh axis
+        try:
+            import torch.distributed as dist
+            from torch.distributed.distributed_c10d import _resolve_process_group
+            ranks = frozenset(dist.get_process_group_ranks(_resolve_process_group(str(name))))
+            ax = self.axis_of_ranks.get(ranks)
+        except Exception:
+            ax = None
+        ax = ax or f"group:{name}"
+        self.axis_of_group[str(name)] = ax
+        return ax
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -384,9 +440,11 @@ class CommCounter(TorchDispatchMode):
             self.ops[axis]["recv"][1] += S
             return
         else:
-            if op not in ("wait_tensor", "barrier", "monitored_barrier_"):
+            if op not in ("wait_tensor", "barrier", "monitored_barrier_", "_wrap_tensor_autograd"):
                 self.ops[axis][op][0] += 1
             return
+        if self.log is not None:
+            self.log.append((axis, kind, S, n))
         if n > 1 or kind in ("send",):
             self.bytes[axis] += sent
         self.ops[axis][kind][0] += 1

@@ -236,13 +236,24 @@ class Attention(nn.Module):
             k = _RoPEFn.apply(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.recompute_core and torch.is_grad_enabled():
-            from torch.utils.checkpoint import checkpoint
             q, k, v = note_saved(q), note_saved(k), note_saved(v)
-            o = checkpoint(_core_attention, q, k, v, use_reentrant=False)
+            o = _checkpoint(_core_attention, q, k, v)
         else:
             o = _core_attention(q, k, v)
         o = o.transpose(1, 2).reshape(b, s, -1)
         return self.wo(o)
+
+
+def _checkpoint(fn, *args):
+    """Non-reentrant activation checkpoint that recomputes the whole region in backward.
+
+    torch's default early stop ends the recomputation once the last saved tensor is rebuilt (it
+    skips the region's final ops, e.g. the TP all-reduce after the MLP's down projection); the cost
+    model (and Megatron's full recompute) repeats the whole forward, so early stop is disabled.
+    """
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+    with set_checkpoint_early_stop(False):
+        return checkpoint(fn, *args, use_reentrant=False)
 
 
 def _core_attention(q, k, v):
@@ -326,9 +337,8 @@ class Decoder(nn.Module):
         cos, sin = self.rope_for(s_full)
         for lid, layer in self.layers.items():
             if int(lid) in self.checkpoint_layers and torch.is_grad_enabled():
-                from torch.utils.checkpoint import checkpoint
                 x = note_saved(x)
-                x = checkpoint(layer, x, cos, sin, use_reentrant=False)
+                x = _checkpoint(layer, x, cos, sin)
             else:
                 x = layer(x, cos, sin)
         if self.last:

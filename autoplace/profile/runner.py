@@ -206,17 +206,20 @@ def _apply_tp(chunk: Decoder, tp_mesh, plan: Plan, sp_impl: str) -> None:
         }
         if layer.feed_forward.gated:
             lp["feed_forward.w3"] = ColwiseParallel()
-        if sp:
-            if not omit_norm:
-                lp["attention_norm"] = SequenceParallel(use_local_output=megatron)
-                lp["ffn_norm"] = SequenceParallel(use_local_output=megatron)
-            if not megatron:
-                lp["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None, None),
-                                                     desired_input_layouts=(Replicate(), None, None),
-                                                     use_local_output=True)
-                lp["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),),
-                                                        desired_input_layouts=(Replicate(),),
-                                                        use_local_output=True)
+        if sp and not omit_norm:
+            lp["attention_norm"] = SequenceParallel(use_local_output=megatron)
+            lp["ffn_norm"] = SequenceParallel(use_local_output=megatron)
+        if not megatron:
+            # one DTensor input shared by wq/wk/wv (w1/w3): its gradient is reduced once, like
+            # Megatron's fused QKV / gate-up projections (separate from_local per projection would
+            # all-reduce each input gradient separately)
+            src = Shard(1) if sp else Replicate()
+            lp["attention"] = PrepareModuleInput(input_layouts=(src, None, None),
+                                                 desired_input_layouts=(Replicate(), None, None),
+                                                 use_local_output=False)
+            lp["feed_forward"] = PrepareModuleInput(input_layouts=(src,),
+                                                    desired_input_layouts=(Replicate(),),
+                                                    use_local_output=False)
         parallelize_module(layer, tp_mesh, lp)
         if megatron:
             layer.attention.sp_group = tp_group
@@ -266,14 +269,17 @@ class Built:
         self.pp_rank = m.get_local_rank("pp")
         self.tp_rank = m.get_local_rank("tp")
         self.dp_rank = m.get_local_rank("dp_replicate") * dps + m.get_local_rank("dp_shard")
-        self.axis_of_group, self.group_sizes = {}, {}
+        self.axis_of_group, self.group_sizes, self.axis_of_ranks = {}, {}, {}
         for name, axis in (("pp", "pp"), ("tp", "tp"), ("dp_shard", "dp"), ("dp_replicate", "dp"),
                            ("dp", "dp"), ("cp", "cp")):
-            g = m[name].get_group() if name in ("dp",) else m.get_group(name)
-            sz = dist.get_world_size(g)
-            if sz > 1:
-                self.axis_of_group.setdefault(g.group_name, axis)
-                self.group_sizes[g.group_name] = sz
+            # the root mesh's group and the sliced sub-mesh's group can be distinct objects
+            cands = [m[name].get_group()] + ([m.get_group(name)] if name != "dp" else [])
+            for g in cands:
+                sz = dist.get_world_size(g)
+                if sz > 1:
+                    self.axis_of_group.setdefault(g.group_name, axis)
+                    self.group_sizes[g.group_name] = sz
+                    self.axis_of_ranks.setdefault(frozenset(dist.get_process_group_ranks(g)), axis)
         self.m = job["global_batch"] // (plan.mbs * plan.dp)
         self.local_batch = job["global_batch"] // plan.dp
         stage_layers = _stage_layers(spec, plan)
@@ -319,8 +325,12 @@ class Built:
                 self.dp_kind = "ddp"
         elif plan.dp > 1:
             self.dp_kind = "none (dp_grad_reduce omitted)"
+        # The parameters as registered now. (`_pre_dp_module_transform` swaps DTensor parameters for
+        # local ones and, after the first forward, leaves the rebuilt DTensors as plain attributes:
+        # `module.parameters()` then lists only the norms. These lists keep every parameter.)
+        self.named_params = [list(c.named_parameters()) for c in self.chunks]
         # optimizer
-        params = [p for c in self.chunks for p in c.parameters()]
+        params = [p for npl in self.named_params for _, p in npl]
         if self.dp_kind.startswith("zero"):
             from autoplace.profile.zero import ShardedAdam
             shard_g = m.get_group("dp_shard") if dps > 1 else None
@@ -332,9 +342,7 @@ class Built:
             self.optimizer = torch.optim.Adam(params, lr=lr, eps=eps, foreach=False)
         # tied embeddings split over pipeline stages: the embedding group all-reduce
         self.tied_group = None
-        if spec.tied_embeddings and S > 1 and (self.has_first or self.has_last):
-            pass  # built below (needs every rank to call new_group)
-        if spec.tied_embeddings and S > 1:
+        if spec.tied_embeddings and S > 1:   # every rank takes part in new_group
             self._build_tied_group()
         # pipeline
         self.schedule = None
@@ -354,8 +362,11 @@ class Built:
             if dist.get_rank() in (first, last):
                 mine = g
         self.tied_group = mine
+        if mine is None:
+            return
         self.axis_of_group.setdefault(mine.group_name, "pp")
         self.group_sizes[mine.group_name] = 2
+        self.axis_of_ranks.setdefault(frozenset(dist.get_process_group_ranks(mine)), "pp")
 
     def _build_pipeline(self):
         from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
@@ -409,6 +420,7 @@ class Built:
                 if self.has_last:
                     loss_val = sum(_scalar(x) for x in losses) / len(losses)
                 if self.zero_opt is not None:
+                    self._finalize_dtensor_grads()
                     self.zero_opt.after_backward(True)
             else:
                 model = self.wrapped[0]
@@ -424,15 +436,32 @@ class Built:
                         loss = self._loss(out, labels[sl])
                         (loss / self.m).backward()
                     tot += _scalar(loss)
-                    if self.zero_opt is not None:
+                    if self.zero_opt is not None and (last or plan.zero == 2):
+                        self._finalize_dtensor_grads()
                         self.zero_opt.after_backward(last)
                 loss_val = tot / self.m
         if self.tied_group is not None:
             self._tied_reduce()
+        self._finalize_dtensor_grads()
         self.optimizer.step()
         if self.tp_rank != 0:
             loss_val = None
         return loss_val
+
+    def _finalize_dtensor_grads(self):
+        """Bring DTensor gradients to their parameter's placement once per step, before the
+        optimizer: SequenceParallel norm weights accumulate Partial gradients (→ one all-reduce per
+        norm per step, the sp_norm_reduce obligation; left Partial, every optimizer op would
+        all-reduce again), and DTensor's embedding backward yields a Replicate (full V×h) gradient
+        for the Shard(0) vocab-parallel weight (→ keep the local rows: no communication)."""
+        if self.plan.tp == 1:
+            return
+        for p in self.all_params():
+            if True:
+                g = p.grad
+                if g is not None and hasattr(g, "placements") and hasattr(p, "placements") \
+                        and tuple(g.placements) != tuple(p.placements):
+                    p.grad = g.redistribute(placements=p.placements)
 
     def _tied_reduce(self):
         c = self.chunks
@@ -449,22 +478,28 @@ class Built:
 
     def zero_grad(self):
         self.optimizer.zero_grad(set_to_none=True)
-        for c in self.chunks:
-            for p in c.parameters():
-                p.grad = None
+        for p in self.all_params():
+            p.grad = None
+
+    def all_params(self):
+        return [p for npl in self.named_params for _, p in npl]
 
     def state_bytes(self):
         extra = self.zero_opt.held_grads() if self.zero_opt is not None else []
         dev = "cuda" if (self.rt.device.type == "cuda" and self.plan.off >= 1) else None
         opt = [self.optimizer]
-        return measure.state_bytes(self.chunks, opt, extra, device_only=dev)
+        return measure.state_bytes(self.chunks, opt, extra, device_only=dev,
+                                   params=self.all_params())
 
     def full_params(self):
         """(FQN → full tensor) of the parameters this rank holds, DTensors gathered."""
         out = {}
-        for c in self.chunks:
-            for name, p in c.named_parameters():
+        for npl in self.named_params:
+            for name, p in npl:
                 t = p.detach()
+                if hasattr(p, "_st_info"):  # a TP shard made local for DDP
+                    from torch.distributed.tensor.parallel._data_parallel_utils import _unflatten_tensor
+                    t = _unflatten_tensor(t, p._st_info)
                 if hasattr(t, "full_tensor"):
                     t = t.full_tensor()
                 key = "tok_embeddings.weight" if (name == "output.weight" and self.spec.tied_embeddings) else name
@@ -500,7 +535,8 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
         t0 = time.perf_counter()
         if instrumented:
             counter = measure.SavedTensorCounter()
-            cc = measure.CommCounter(b.axis_of_group, b.group_sizes)
+            counter.exclude_module_state(b.chunks, b.all_params())
+            cc = measure.CommCounter(b.axis_of_group, b.group_sizes, b.axis_of_ranks)
             with measure.use_counter(counter), counter.hooks(), cc:
                 lv = b.train_step(step)
             rt.sync()

@@ -45,6 +45,21 @@ def _default(o):
     return str(o)
 
 
+def _inject_fault(idx: int, rank: int) -> None:
+    """Test hook: AUTOPLACE_PROFILE_FAULT="crash:1,hang:2,raise:3" makes plan 1 kill rank 0,
+    plan 2 hang on rank 0 and plan 3 raise on every rank (failure handling is tested with it)."""
+    spec = os.environ.get("AUTOPLACE_PROFILE_FAULT", "")
+    for item in filter(None, spec.split(",")):
+        kind, _, i = item.partition(":")
+        if i and int(i) == idx:
+            if kind == "crash" and rank == 0:
+                os._exit(9)
+            if kind == "hang" and rank == 0:
+                time.sleep(10**6)
+            if kind == "raise":
+                raise RuntimeError(f"injected failure in plan {idx}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="autoplace.profile.worker")
     ap.add_argument("--job", required=True)
@@ -83,6 +98,7 @@ def main(argv=None) -> int:
         dist.barrier()
         t0 = time.time()
         try:
+            _inject_fault(idx, rank)
             res = run_plan(plan, spec, settings, rt, reference=ref)
             status, err = "ok", None
         except Unsupported as e:

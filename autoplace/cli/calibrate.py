@@ -1,0 +1,68 @@
+"""`autoplace calibrate`: micro-benchmarks under torchrun → a fitted hardware profile TOML."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from autoplace.cli.common import cli_errors
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    @cli_errors
+    def calibrate(
+        backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) | nccl (CUDA)"),
+        nproc: int = typer.Option(2, "--nproc", help="ranks per node (torchrun --nproc-per-node)"),
+        nnodes: int = typer.Option(1, "--nnodes", help="nodes; > 1 writes the SLURM template and commands"),
+        out: str = typer.Option(..., "--out", help="profile TOML to write (accepted by --hardware)"),
+        name: Optional[str] = typer.Option(None, "--name", help="profile name (default: calibrated-…)"),
+        quick: bool = typer.Option(False, "--quick", help="fewer shapes/sizes (seconds instead of minutes)"),
+        raw: Optional[str] = typer.Option(None, "--raw", help="also keep the raw measurements JSON here"),
+        fit: Optional[str] = typer.Option(None, "--fit", help="fit a RAW.json (from a multi-node run) instead"),
+        slurm: Optional[str] = typer.Option(None, "--slurm", help="write the sbatch template here"),
+        rdzv_endpoint: str = typer.Option("$HEAD_NODE", "--rdzv-endpoint-host", help="head node in the commands"),
+        partition: Optional[str] = typer.Option(None, "--partition"),
+        timeout: float = typer.Option(1800.0, "--timeout"),
+        no_probes: bool = typer.Option(False, "--no-probes", help="micro-benchmarks only: skip the probe "
+                                       "training runs that refine kernel overhead, GEMM efficiency, "
+                                       "collective latency and step overhead"),
+    ):
+        """Benchmark GEMMs, attention, memory-bound kernels, collectives (sizes × group sizes), P2P and
+        host copies; fit the cost model's hardware parameters; write a profile TOML."""
+        import json
+        from pathlib import Path
+
+        from autoplace.errors import InputError
+        from autoplace.profile import calibrate as C
+        if backend not in ("gloo", "nccl"):
+            raise InputError(f"--backend must be gloo or nccl, got '{backend}'")
+        if nproc < 1 or nnodes < 1:
+            raise InputError("--nproc and --nnodes must be ≥ 1")
+        raw_name = raw or "calib_raw.json"
+        if slurm or nnodes > 1:
+            path = Path(slurm or "autoplace-calibrate.sbatch")
+            path.write_text(C.slurm_template(nnodes, nproc, backend, out, raw_name, partition, quick=quick))
+            typer.echo(f"wrote SLURM template {path} (sbatch {path})")
+            typer.echo("or run on each node:")
+            for line in C.torchrun_command_lines(nnodes, nproc, backend, raw_name, rdzv_endpoint, quick=quick):
+                typer.echo("  " + line)
+            if nnodes > 1 and not fit:
+                return
+        if fit:
+            prof = C.write_profile(json.loads(Path(fit).read_text()), out, name)
+        else:
+            prof = C.calibrate(backend, nproc, out, quick=quick, name=name, raw_out=raw, timeout_s=timeout,
+                               probes=not no_probes)
+        f = prof["_fit"]
+        typer.echo(f"wrote {out}: fp32 {prof['peak_flops'].get('fp32', 0) / 1e9:.1f} GFLOP/s peak "
+                   f"(η_gemm {prof['gemm_efficiency']:.2f}), memory {prof['hbm_bw'] / 1e9:.1f} GB/s, "
+                   f"kernel {prof['kernel_overhead_s'] * 1e6:.1f} µs, collectives "
+                   f"{prof['intra_bw'] / 1e9:.2f} GB/s + {prof['intra_latency'] * 1e6:.0f} µs/step "
+                   f"(median fit error {100 * (f['intra'].get('median_rel_err') or 0):.0f}%)")
+        pr = f.get("probes") or {}
+        if pr.get("used"):
+            typer.echo(f"refined on {len(pr['plans'])} probe runs ({pr['model']}): log-error rms "
+                       f"{pr['log_residual_rms_before']:.2f} → {pr['log_residual_rms_after']:.2f}; "
+                       + ", ".join(f"{k} {pr['micro'][k]:.3g} → {pr['refined'][k]:.3g}" for k in pr["refined"]))

@@ -1,0 +1,90 @@
+"""`autoplace profile`: run one plan (or several) for real with torchrun and compare with the model."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_model
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("profile")
+    @cli_errors
+    def profile(
+        model: str = typer.Option("llama-tiny", "--model", "-m", help="preset or HF config.json (CPU: llama-tiny)"),
+        gpus: int = typer.Option(2, "--gpus", "-n", help="ranks to launch on this node (torchrun --nproc-per-node)"),
+        plan: List[str] = typer.Option(..., "--plan", help='plan, e.g. "tp=2,sp=1"; repeat for several'),
+        backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) | nccl (CUDA)"),
+        steps: int = typer.Option(2, "--steps", help="timed steps (after 1 warm-up; +1 instrumented step)"),
+        warmup: int = typer.Option(1, "--warmup"),
+        seq_len: int = typer.Option(64, "--seq-len"),
+        global_batch: int = typer.Option(8, "--global-batch", help="sequences per step"),
+        seed: int = typer.Option(1234, "--seed"),
+        lr: float = typer.Option(1e-3, "--lr"),
+        sp_impl: str = typer.Option("megatron", "--sp-impl", help="megatron (save shard, re-gather) | dtensor"),
+        hardware: Optional[str] = typer.Option("local-cpu", "--hardware",
+                                               help="profile for the predicted step time ('' to skip)"),
+        out_jsonl: str = typer.Option("profile_results.jsonl", "--out", help="results appended here as they come"),
+        timeout: float = typer.Option(600.0, "--timeout", help="seconds before a plan counts as hung"),
+        no_equivalence: bool = typer.Option(False, "--no-equivalence", help="skip the single-process reference"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Train plan(s) for a few steps under torchrun; measured vs predicted state bytes, activations,
+        collective bytes per axis and step time; equivalence against a single-process run."""
+        from autoplace.errors import InputError
+        from autoplace.plan import parse_plan
+        from autoplace.profile.launch import run_plans
+        world = check_gpus(gpus)
+        if backend not in ("gloo", "nccl"):
+            raise InputError(f"--backend must be gloo or nccl, got '{backend}'")
+        if sp_impl not in ("megatron", "dtensor"):
+            raise InputError(f"--sp-impl must be megatron or dtensor, got '{sp_impl}'")
+        m = resolve_model(model, None)
+        plans = [parse_plan(p) for p in plan]
+        settings = dict(seq_len=seq_len, global_batch=global_batch, steps=steps, warmup=warmup, seed=seed,
+                        lr=lr, sp_impl=sp_impl)
+        hw = hardware or None
+        if hw:
+            from autoplace.specs.hardware import resolve_profile_path
+            hw = str(resolve_profile_path(hw))
+        recs = run_plans(m, plans, world, backend=backend, out_jsonl=out_jsonl, settings=settings,
+                         hardware=hw, plan_timeout_s=timeout, equivalence=not no_equivalence)
+        if as_json:
+            print_json(recs[0] if len(recs) == 1 else recs)
+        else:
+            typer.echo(render(recs))
+        if any(r["status"] != "ok" for r in recs):
+            raise typer.Exit(4)
+
+
+def _mib(x):
+    return "-" if x is None else f"{x / 2**20:.2f}"
+
+
+def render(recs) -> str:
+    out = []
+    for r in recs:
+        out.append(f"plan {r['plan_short']}  status={r['status']}  legal={r['legal']}"
+                   + (f"  violations={[v['rule'] for v in r['violations']]}" if r["violations"] else ""))
+        if r["status"] != "ok":
+            out.append("  error: " + str(r["error"]).strip().splitlines()[-1][:300])
+            continue
+        eq = r.get("equivalence") or {}
+        out.append(f"  state bytes exact: {r['state_bytes_exact']}   activation gap: "
+                   f"{100 * (r['activation_gap'] or 0):+.2f}%   equivalent: {eq.get('equivalent')} "
+                   f"(max |Δ| {eq.get('max_abs_diff', float('nan')):.2e} over {eq.get('steps')} steps)")
+        out.append("  rank stage  P/G/O MiB meas | pred            act MiB meas|pred   comm MiB (dp,tp,pp) "
+                   "meas | pred        step s meas|pred")
+        for m, p in zip(r["ranks"], r["predicted"]):
+            sb, ps = m["state_bytes"], p["state_bytes"]
+            cb, pc = m.get("collective_bytes") or {}, p.get("collective_bytes") or {}
+            out.append(
+                f"  {m['rank']:>4} {m['stage']:>5}  {_mib(sb['params'])}/{_mib(sb['grads'])}/{_mib(sb['optimizer'])} | "
+                f"{_mib(ps['params'])}/{_mib(ps['grads'])}/{_mib(ps['optimizer'])}   "
+                f"{_mib(m['activation_bytes'])}|{_mib(p['activation_bytes'])}   "
+                f"{','.join(_mib(cb.get(a)) for a in ('dp', 'tp', 'pp'))} | "
+                f"{','.join(_mib(pc.get(a)) for a in ('dp', 'tp', 'pp'))}   "
+                f"{m['step_s']:.3f}|{(p.get('step_s') or float('nan')):.3f}")
+    return "\n".join(out)

@@ -1,0 +1,178 @@
+"""Fast checks of the plan runner's pieces (no torchrun): the decoder, its saved-tensor set, the byte
+accounting, records, candidate scaling, launcher command lines."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplace.plan import parse_plan  # noqa: E402
+from autoplace.profile import measure  # noqa: E402
+from autoplace.profile.model import (Decoder, _RMSNormFn, _RoPEFn, _SwiGLUFn, count_params,  # noqa: E402
+                                     cross_entropy, init_weights, make_batch, reference_run,
+                                     rope_tables)
+from autoplace.specs.presets import get_preset  # noqa: E402
+
+TINY = get_preset("llama-tiny")
+
+
+@pytest.mark.parametrize("spec", [
+    TINY,
+    TINY.with_(tied_embeddings=True),
+    TINY.with_(kv_heads=None),
+    TINY.with_(norm="layernorm", gated_mlp=False, attn_bias=True, mlp_bias=True, position="learned",
+               max_seq_len=64),
+], ids=["tiny", "tied", "mha", "gpt-style"])
+def test_decoder_parameter_count_equals_model_spec(spec):
+    m = Decoder(spec, 32)
+    assert count_params(m) == spec.total_params()
+    init_weights(m, 0)
+    ids, labels = make_batch(spec, 32, 2, 0, 0)
+    loss = cross_entropy(m(ids), labels)
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_custom_autograd_functions_gradcheck():
+    x = torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True)
+    w = torch.randn(8, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: _RMSNormFn.apply(x, w, 1e-5), (x, w))
+    g = torch.randn(2, 5, dtype=torch.double, requires_grad=True)
+    u = torch.randn(2, 5, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(_SwiGLUFn.apply, (g, u))
+    cos, sin = rope_tables(3, 8)
+    q = torch.randn(2, 3, 4, 8, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q: _RoPEFn.apply(q, cos.double(), sin.double()), (q,))
+
+
+def test_init_is_per_fqn_so_stages_match_the_full_model():
+    full = Decoder(TINY, 16)
+    init_weights(full, 7)
+    stage = Decoder(TINY, 16, layer_ids=[2, 3], first=False, last=True)
+    init_weights(stage, 7)
+    fp = dict(full.named_parameters())
+    for n, p in stage.named_parameters():
+        assert torch.equal(p, fp[n]), n
+
+
+def _activation(plan_text, seq=64, mbs=2):
+    from autoplace.cost.memory import stage_activation_bytes
+    from autoplace.placement.rules import Ctx
+    from autoplace.profile.runner import _apply_recompute
+    from autoplace.profile.report import train_spec
+    plan = parse_plan(plan_text).with_(mbs=mbs).resolved(1)
+    m = Decoder(TINY, seq)
+    init_weights(m, 0)
+    _apply_recompute([m], plan)
+    ids, labels = make_batch(TINY, seq, mbs, 0, 0)
+    c = measure.SavedTensorCounter()
+    c.exclude_module_state([m])
+    with measure.use_counter(c), c.hooks():
+        out = m(ids)
+        with measure.region("head"):
+            loss = cross_entropy(out, labels)
+        loss.backward()
+    assert c.total_live == 0                      # every saved tensor was released by backward
+    ctx = Ctx(TINY, train_spec({"seq_len": seq, "global_batch": mbs}), 1)
+    return c.report()["peak_by_region"]["body"], float(stage_activation_bytes(ctx, plan, 0))
+
+
+@pytest.mark.parametrize("rc", ["none", "selective", "full", "block"])
+def test_single_process_activation_bytes_match_formula(rc):
+    text = f"recompute={rc}" + (",recompute_layers=2" if rc == "block" else "")
+    meas, pred = _activation(text)
+    assert abs(meas / pred - 1) < 0.05, (meas, pred)
+    if rc == "none":
+        # the only bytes the formula leaves out: the per-token fp32 rstd of the two RMSNorms
+        assert meas - pred == 2 * 4 * 64 * 2 * TINY.layers
+
+
+def test_byte_union_counts_each_byte_once():
+    base = torch.zeros(100)
+    u = measure._ByteUnion()
+    u.add(base)
+    u.add(base[10:20])
+    u.add(base.view(10, 10)[:, :5])
+    assert u.total() == 400
+    v = measure._ByteUnion()
+    v.add(base[:10])
+    v.add(base[50:60])
+    assert v.total() == 80
+
+
+def test_state_bytes_exclude_adam_step_counter():
+    lin = torch.nn.Linear(8, 4, bias=False)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    sb = measure.state_bytes([lin], [opt])
+    assert sb == {"params": 128, "grads": 128, "optimizer": 256}
+
+
+def test_reference_run_is_deterministic():
+    a = reference_run(TINY.with_(layers=1), 16, 2, 2, 3, 1e-3)
+    b = reference_run(TINY.with_(layers=1), 16, 2, 2, 3, 1e-3)
+    assert a[0] == b[0]
+    assert all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def _fake_rank(rank, sb, act, comm):
+    return {"rank": rank, "stage": 0, "step_s": 0.1, "state_bytes": sb, "activation_bytes": act,
+            "collective_bytes": comm, "losses": [1.0, 0.9],
+            "equivalence": {"max_abs_diff_params": 1e-7, "max_abs_diff_loss": 1e-7, "params_compared": 3}}
+
+
+def test_build_record_flags_exactness_and_equivalence():
+    from autoplace.profile.report import build_record, predict
+    s = {"seq_len": 64, "global_batch": 8, "steps": 1, "warmup": 1, "seed": 0, "lr": 1e-3}
+    plan = parse_plan("zero=3").resolved(2)
+    p = predict(TINY, s, plan, 2, 0)
+    sb = {k: int(v) for k, v in p["state_bytes"].items()}
+    ranks = [_fake_rank(r, sb, p["activation_bytes"], p["collective_bytes"]) for r in range(2)]
+    rec = build_record(TINY, s, plan, 2, ranks)
+    assert rec["state_bytes_exact"] and rec["legal"] and rec["equivalence"]["equivalent"]
+    assert rec["activation_gap"] == 0.0
+    ranks[1]["state_bytes"] = dict(sb, grads=sb["grads"] + 4)
+    assert not build_record(TINY, s, plan, 2, ranks)["state_bytes_exact"]
+    failed = build_record(TINY, s, plan, 2, None, status="timeout", error="hung")
+    assert failed["status"] == "timeout" and failed["ranks"] == [] and failed["error"] == "hung"
+
+
+def test_negative_control_plan_is_rejected_by_rule_gi():
+    from autoplace.placement.rules import Ctx, check
+    from autoplace.profile.report import train_spec
+    ctx = Ctx(TINY, train_spec({"seq_len": 64, "global_batch": 8}), 2)
+    assert "GI" in {v.rule for v in check(ctx, parse_plan("omit=dp_grad_reduce").resolved(2))}
+    assert "GI" in {v.rule for v in check(ctx, parse_plan("tp=2,sp=1,omit=sp_norm_reduce").resolved(2))}
+    assert not check(ctx, parse_plan("tp=2,sp=1").resolved(2))
+
+
+def test_candidate_scaling():
+    from autoplace.profile.candidates import _global_batch, _scale, scale_model
+    p = _scale(parse_plan("tp=8,pp=4,vpp=2,zero=1").resolved(64), 2)
+    assert (p.tp, p.pp, p.dp) == (1, 2, 1) and p.schedule == "interleaved" and p.vpp == 2
+    p = _scale(parse_plan("tp=8,vpp=1,zero=1").resolved(64), 2)
+    assert (p.tp, p.pp, p.dp) == (2, 1, 1)
+    p = _scale(parse_plan("tp=1,pp=2,dp_replicate=2,zero=3").resolved(64), 4)
+    assert (p.pp, p.dp, p.dp_replicate) == (2, 2, 2)
+    assert _global_batch([parse_plan("pp=2,mbs=1").resolved(2), parse_plan("mbs=2").resolved(2)]) == 4
+    assert scale_model(get_preset("7b"), [p], "gloo", 2).name == TINY.name
+    assert scale_model(TINY, [p], "gloo", 2) is TINY
+
+
+def test_torchrun_argv():
+    from autoplace.profile.launch import torchrun_argv
+    a = torchrun_argv(4)
+    assert "--standalone" in a and a[a.index("--nproc-per-node") + 1] == "4"
+    b = torchrun_argv(8, nnodes=2, rdzv_endpoint="node0:29500", node_rank=1)
+    assert "--standalone" not in b and "c10d" in b and "node0:29500" in b
+
+
+def test_slurm_template_and_commands(tmp_path):
+    from autoplace.profile.calibrate import slurm_template, torchrun_command_lines
+    t = slurm_template(4, 8, "nccl", "prof.toml")
+    assert "#SBATCH --nodes=4" in t and "--nproc-per-node 8" in t and "--rdzv-backend c10d" in t
+    assert "autoplace.profile.calib_worker" in t and "--fit calib_raw.json --out prof.toml" in t
+    lines = torchrun_command_lines(2, 8, "nccl", "raw.json", "head")
+    assert len(lines) == 3 and "--node-rank 1" in lines[1] and "head:29500" in lines[0]
