@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace.cost.memory import (_w, k1_active, largest_unit_rank, layers_on_stage, shard_groups,
+from autoplace.cost.memory import (_w, block_recompute, k1_active, largest_unit_rank, layers_on_stage, shard_groups,
                                    stage_param_counts, vocab_padded)
 from autoplace.plan import micro_batches
 
@@ -113,12 +113,7 @@ def tp_bytes_stage(ctx, p, i):
     tp = _w(p.tp)
     mb = micro_batches(p, t.global_batch)
     Li = layers_on_stage(ctx, p, i)
-    srec = getattr(p, "stage_recompute", ())
-    if srec:
-        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i).astype(int)])
-    else:
-        rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
-    block = (_w(p.rc) == 3) | (len(srec) > 0)
+    rl, block = block_recompute(p, i, Li)
     per_layer = np.where(block, (Li - rl) * tp_bytes_per_layer(ctx, p, 0) + rl * tp_bytes_per_layer(ctx, p, 2),
                          Li * tp_bytes_per_layer(ctx, p))
     s_loc = t.seq_len / _w(p.cp)

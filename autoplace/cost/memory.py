@@ -210,6 +210,17 @@ def in_flight(ctx, p, i):
     return np.where(sched == 1, inter, np.where(sched == 2, gpipe, one_f))
 
 
+def block_recompute(p, i, Li):
+    """(layers fully recomputed on stage i, whether block recompute applies): the plan's per-stage
+    counts (CP-SAT) or recompute=block's recompute_layers, capped at the stage's layers."""
+    srec = getattr(p, "stage_recompute", ())
+    if srec:
+        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i).astype(int)])
+    else:
+        rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
+    return rl, (_w(p.rc) == 3) | (len(srec) > 0)
+
+
 def stage_activation_bytes(ctx, p, i):
     """A_i: activations held by one rank of stage i at its peak (§2.5)."""
     m, t = ctx.model, ctx.train
@@ -221,12 +232,7 @@ def stage_activation_bytes(ctx, p, i):
     per_layer_plan = activation_bytes_per_layer(ctx, p)
     per_layer_none = activation_bytes_per_layer(ctx, p, np.where(_w(p.rc) == 3, 0, _w(p.rc)))
     ckpt = activation_bytes_per_layer(ctx, p, 2)
-    srec = getattr(p, "stage_recompute", ())
-    if srec:
-        rl = _w(np.asarray(srec, dtype=float)[np.asarray(i).astype(int)])
-    else:
-        rl = np.where(_w(p.rc) == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
-    block = (_w(p.rc) == 3) | (len(srec) > 0)
+    rl, block = block_recompute(p, i, Li)
     frac = np.where(Li > 0, rl / np.maximum(Li, 1e-9), 0.0)
     avg = np.where(block, (1 - frac) * per_layer_none + frac * ckpt, per_layer_plan)
     layers_in_flight = n_chunks * Li / v_eff

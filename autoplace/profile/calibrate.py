@@ -282,7 +282,7 @@ def profile_toml(prof: dict, raw: dict) -> str:
     micro = pr.get("micro") if pr.get("used") else None
 
     def how(key, text):
-        if micro is None:
+        if micro is None or key not in micro:
             return text
         return (f"micro-benchmark {_num(micro[key])} → refined on {len(pr['plans'])} probe training "
                 f"runs ({pr['model']})")
