@@ -56,7 +56,8 @@ def _rel_errors(pred, meas):
 def fit_compute(raw: dict) -> dict:
     """Roofline parameters from the compute micro-benchmarks.
 
-    kernel overhead t_k: median time of the smallest memory-bound kernels (pure launch/dispatch);
+    kernel overhead t_k: median time of the smallest memory-bound kernels net of their bytes
+    (launch/dispatch);
     memory bandwidth: the streaming rate of the largest arrays (beyond the caches — what the
     optimizer step and large activations see); GEMM efficiency: median over shapes of
     2MNK/(t − t_k) relative to the best measured rate (the peak)."""
@@ -68,10 +69,12 @@ def fit_compute(raw: dict) -> dict:
             peak[dt] = max(r) * 1e12
     mem = [m for m in comp["membound"] if m["s"] > 0]
     sizes = sorted({m["elements"] for m in mem})
-    small = [m["s"] for m in mem if m["elements"] in sizes[:2]]
-    t_k = float(np.median(small)) if small else 5e-6
-    large = [m["bytes"] / max(m["s"] - t_k, 1e-12) for m in mem if m["elements"] in sizes[-2:]]
-    bw = float(np.median(large)) if large else 1e10
+    t_k, bw = 0.0, 1e10
+    for _ in range(3):   # t_k from the smallest kernels, bandwidth from the largest, each net of the other
+        large = [m["bytes"] / max(m["s"] - t_k, 1e-12) for m in mem if m["elements"] in sizes[-2:]]
+        bw = float(np.median(large)) if large else 1e10
+        small = [max(m["s"] - m["bytes"] / bw, 0.0) for m in mem if m["elements"] in sizes[:2]]
+        t_k = float(np.median(small)) if small else 5e-6
     gemms = [g for g in comp["gemm"] if g["dtype"] == "fp32" and g["s"] > 0]
     rates = [2.0 * g["m"] * g["n"] * g["k"] / max(g["s"] - t_k, 1e-12) for g in gemms]
     gemm_eff = float(min(np.median(rates) / peak["fp32"], 1.0)) if rates else 0.8
