@@ -447,7 +447,8 @@ def _check_accelerate(job: ExportJob, tmp: Path):
         if fc["version"] == 2:
             assert plugin.reshard_after_forward is (not hold)
         else:
-            assert plugin.sharding_strategy.name == fc["sharding_strategy"]
+            # torch names the hybrid ZeRO-2 member `_HYBRID_SHARD_ZERO2`; accelerate takes the public name
+            assert plugin.sharding_strategy.name.lstrip("_") == fc["sharding_strategy"]
         pc_raw = cc.parallelism_config or {}
         sizes = {k.removeprefix("parallelism_config_"): v for k, v in pc_raw.items()}
         pc = ParallelismConfig(dp_replicate_size=sizes.get("dp_replicate_size", 1),

@@ -569,7 +569,7 @@ def test_err_directory_without_config(tmp_path):
 
 def test_err_broken_json_gives_line_and_column(tmp_path):
     msg = _err(tmp_path, raw='{\n  "hidden_size": 4096,\n  "num_hidden_layers": 32,,\n}\n')
-    assert "invalid JSON at line 3 column" in msg
+    assert "not valid JSON" in msg and "line 3, column" in msg
 
 
 def test_err_json_not_an_object(tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace.cost.memory import (_w, block_recompute, k1_active, largest_unit_rank, layers_on_stage, shard_groups,
+from autoplace.cost.memory import (_w, block_recompute, k1_active, layers_on_stage, shard_groups,
                                    stage_param_counts, vocab_padded)
 from autoplace.plan import micro_batches
 

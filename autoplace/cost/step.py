@@ -253,8 +253,6 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
         + optimizer + offload + overhead
     W = ctx.world
     mflops = K.model_flops_per_step(ctx)
-    # hardware FLOPs add the recomputed forward work
-    rc_flops_frac = np.where(_w(p.rc) == 2, 1.0 / 3.0, np.where(_w(p.rc) == 1, 0.0, 0.0))
     peak = K.gemm_peak(hw, t)
     attn_share = _attn_flop_share(ctx)
     hflops = mflops * (1.0 + np.where(_w(p.rc) == 2, 1.0 / 3.0,

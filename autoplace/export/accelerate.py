@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import yaml
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
+from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
                                      header_lines, partial_job, recompute_per_stage, zero_level)
 
 NAME = "accelerate"
@@ -33,7 +33,7 @@ def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
 
 
 def _reasons(job: ExportJob) -> list[str]:
-    plan, train = job.plan, job.train
+    plan = job.plan
     out = common_refusals(job)
     zero, hold = zero_level(plan)
     if plan.pp > 1:
@@ -68,9 +68,7 @@ def _reasons(job: ExportJob) -> list[str]:
     elif rc[0] in ("selective", "block"):
         out.append(f"recompute={rc[0]}: fsdp_activation_checkpointing checkpoints every wrapped layer "
                    "(recompute=full) or none")
-    if train is not None and job.micro_batches is None and plan.dp:
-        out.append(f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}")
-    return out
+    return out + batch_refusals(job)
 
 
 def notes(job) -> list[str]:

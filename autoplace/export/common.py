@@ -172,6 +172,15 @@ def common_refusals(job: ExportJob) -> list[str]:
     return out
 
 
+def batch_refusals(job: ExportJob) -> list[str]:
+    """The launchers that take a global batch (DeepSpeed, torchtitan, accelerate) need it to be a
+    multiple of mbs·dp: gradient accumulation steps are an integer."""
+    plan, train = job.plan, job.train
+    if train is not None and job.micro_batches is None and plan.dp:
+        return [f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}"]
+    return []
+
+
 # ---- text helpers --------------------------------------------------------------------------------
 def header_lines(job: ExportJob, what: str, comment: str = "#") -> list[str]:
     from autoplace import __version__

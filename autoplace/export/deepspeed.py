@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
+from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
                                      header_lines, partial_job, recompute_per_stage, zero_level)
 
 NAME = "deepspeed"
@@ -39,7 +39,7 @@ def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
 
 
 def _reasons(job: ExportJob) -> list[str]:
-    plan, model, train = job.plan, job.model, job.train
+    plan, train = job.plan, job.train
     out = common_refusals(job)
     zero, hold = zero_level(plan)
     if plan.tp > 1:
@@ -90,9 +90,7 @@ def _reasons(job: ExportJob) -> list[str]:
     elif rc[0] == "block" and plan.pp > 1:
         out.append(f"block recompute of {rc[1]} layers per stage with pp={plan.pp}: PipelineModule's "
                    "activation_checkpoint_interval checkpoints every k-th layer, not the first k")
-    if train is not None and job.micro_batches is None and plan.dp:
-        out.append(f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}")
-    return out
+    return out + batch_refusals(job)
 
 
 def notes(job) -> list[str]:

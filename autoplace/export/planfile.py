@@ -31,7 +31,7 @@ import json
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
-from autoplace.errors import InputError
+from autoplace.errors import InputError, read_json
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -98,14 +98,7 @@ def read_plan_file(path):
             p = cand
         else:
             raise InputError(f"--plan-file: '{p}' is a directory without a plan.json")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"--plan-file {p}: cannot read ({e})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"--plan-file {p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    doc = read_json(p, "--plan-file", "write it with `autoplace search --out` or fix the JSON")
     return specs_from_document(doc, where=f"--plan-file {p}")
 
 

@@ -63,7 +63,7 @@ def emit(doc_or_job) -> dict[str, str]:
         "# accelerate has its own launcher: use accelerate_launch.sh.",
         "set -euo pipefail",
         'PLAN_DIR="${PLAN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"',
-        f'export OMP_NUM_THREADS="${{OMP_NUM_THREADS:-8}}"',
+        'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"',
     ]
     lines += payloads.entry_case(job, names, with_accelerate=False)
     cmd = command(job)

@@ -29,7 +29,7 @@ pipeline stage split, seq_len divisor) are pre-checked here:
 
 from __future__ import annotations
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
+from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
                                      header_lines, partial_job, recompute_per_stage, zero_level)
 
 NAME = "torchtitan"
@@ -124,9 +124,7 @@ def _reasons(job: ExportJob) -> list[str]:
         if lps is None or lps % rc[1]:
             out.append(f"block recompute of {rc[1]} layers per stage: torchtitan's layer-SAC checkpoints "
                        f"every N-th layer, so the count must divide the {lps} layers per stage")
-    if job.micro_batches is None and train is not None and plan.dp:
-        out.append(f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}")
-    return out
+    return out + batch_refusals(job)
 
 
 def notes(job) -> list[str]:

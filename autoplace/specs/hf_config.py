@@ -30,11 +30,10 @@ approximation and `source` says what was left out.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from autoplace.errors import InputError
+from autoplace.errors import InputError, read_json
 from autoplace.specs.model import ModelSpec
 
 _SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
@@ -161,16 +160,7 @@ def _config_file(path) -> Path:
 
 
 def _read_json(f: Path) -> dict:
-    try:
-        text = f.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{f}: cannot read ({e.__class__.__name__}: {e}); "
-                         "check the path and permissions") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{f}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}; "
-                         "fix the file or use --params") from None
+    cfg = read_json(f, "--model", "fix the file or use --params")
     if not isinstance(cfg, dict):
         raise InputError(f"{f}: expected a JSON object at top level, got {type(cfg).__name__}; "
                          "pass a Hugging Face config.json")

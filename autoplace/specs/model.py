@@ -12,7 +12,7 @@ For Megatron's GPT (learned positions, biases, LayerNorm, 4h GeLU MLP) the count
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from autoplace.errors import InputError
 

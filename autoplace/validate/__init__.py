@@ -12,10 +12,7 @@ conventions), .compare (per record type) and .summary.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from autoplace.errors import InputError
+from autoplace.errors import InputError, read_json
 from autoplace.validate.compare import Result, evaluate_record, source_definitions
 from autoplace.validate.summary import summarize
 
@@ -24,15 +21,7 @@ __all__ = ["load_records", "validate_records", "run", "document", "Result", "eva
 
 def load_records(path) -> list:
     """Records from a JSON file: a list, or an object with a `records` list. InputError otherwise."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"--records: cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"--records: '{path}' is not valid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(path, "--records", "pass a file in the shared/validation/public_runs.json schema")
     if isinstance(data, dict) and isinstance(data.get("records"), list):
         data = data["records"]
     if not isinstance(data, list):
