@@ -57,14 +57,19 @@ def allreduce_time(hw, S, n, stride, n_coll=1.0):
     return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 
 
-def gather_time(hw, S, n, stride, n_coll=1.0):
-    """All-gather or reduce-scatter of a tensor of full size S, issued as n_coll collectives.
+def gather_time(hw, S, n, stride, n_coll=1.0, op: str = "ag"):
+    """All-gather (op "ag") or reduce-scatter ("rs") of a tensor of full size S, issued as n_coll
+    collectives.
 
     NCCL runs AG/RS as rings only: n − 1 steps, each as slow as its slowest hop (α_inter once the
-    ring leaves the domain), so latency grows linearly with the group (unlike the all-reduce tree)."""
+    ring leaves the domain), so latency grows linearly with the group (unlike the all-reduce tree).
+    A reduce-scatter's bandwidth term is scaled by the profile's `rs_cost_factor` (1 on NCCL; gloo
+    implements it as an all-reduce plus a copy)."""
     k, g = _links(hw, n, stride)
     rails = np.minimum(k, hw.gather_rails)
     bw = (k - 1.0) / k * S / hw.intra_bw + (g - 1.0) / g * (S / rails) / hw.inter_bw
+    if op == "rs":
+        bw = bw * hw.rs_cost_factor
     lat = (_w(n) - 1.0) * np.where(g > 1, hw.inter_latency, hw.intra_latency)
     return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 

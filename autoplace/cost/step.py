@@ -7,8 +7,9 @@ to unequal stages): with v chunks per device and t_i = t_f,i + t_b,i,
   T_pipe = (m·v − 1) · max_i t_i / v + Σ_i t_i / v
 
 which is (m + p − 1)·t for equal stages, bubble (p − 1)/(v·m + p − 1) of the total (§3.4, T12).
-DP reductions overlap the backward they follow (bucketed; exposed = what exceeds the window plus a
-one-bucket tail); FSDP all-gathers are prefetched under compute; ZeRO-2/3 traffic repeats per
+DP reductions overlap the backward they follow, layer by layer (`hidden_tail`: exposed =
+max(c − window·(1 − 1/L), c/L)); FSDP all-gathers are prefetched under compute (backward gathers
+only with `bwd_prefetch`); ZeRO-2/3 traffic repeats per
 micro-batch unless K1 applies. Then optimizer (memory-bound Adam, or CPU Adam under offload),
 host-link offload traffic and a fixed per-step overhead.
 
@@ -43,18 +44,20 @@ def _per_layer_comm(ctx, hw, p):
     st = N.axis_strides(p)
     tp = _w(p.tp)
     T = _w(p.mbs) * t.seq_len / _w(p.cp)
-    unit = N.gather_time(hw, T * m.hidden * t.b_A, tp, st["tp"])     # one AG or RS of bsh
+    unit = N.gather_time(hw, T * m.hidden * t.b_A, tp, st["tp"])     # one AG of bsh (AR = 2 units)
+    rs_unit = N.gather_time(hw, T * m.hidden * t.b_A, tp, st["tp"], op="rs") / np.where(unit > 0, unit, 1.0)
     sp = _w(p.sp) > 0
-    f_units = 4.0
-    b_units = np.where(sp, 6.0, 4.0)
-    rc_units = 4.0
+    # without SP 2 AR (4 units) each way; SP forward 2 AG + 2 RS, backward 2 RS + 2 AG + 2 re-AG
+    f_units = np.where(sp, 2.0 + 2.0 * rs_unit, 4.0)
+    b_units = np.where(sp, 4.0 + 2.0 * rs_unit, 4.0)
+    rc_units = f_units
     gqa = np.where(m.a_kv < tp, N.gather_time(hw, T * (m.heads + 2 * m.a_kv) * m.d_head * t.b_A, tp, st["tp"]), 0.0)
     tp_f = np.where(tp > 1, f_units * unit + gqa, 0.0)
     tp_b = np.where(tp > 1, b_units * unit + gqa, 0.0)
     tp_rc = np.where(tp > 1, rc_units * unit + gqa, 0.0)
     # backward units that overlap the column-parallel weight-gradient GEMMs: without SP the two
     # input-gradient all-reduces (4 units); with SP the two reduce-scatters and two re-all-gathers
-    tp_b_ovl = np.where(tp > 1, 4.0 * unit, 0.0)
+    tp_b_ovl = np.where(tp > 1, np.where(sp, 2.0 + 2.0 * rs_unit, 4.0) * unit, 0.0)
     # CP: ring K/V exchange overlapped with the attention core
     kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
     S_kv = 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A
@@ -137,6 +140,17 @@ def stage_times(ctx, hw, p):
     return out, lt, ht
 
 
+def hidden_tail(c, window, L):
+    """Exposed part of communication c issued layer by layer under a compute window of L layers.
+
+    The first layer's share cannot start before that layer's compute is done and the last share has
+    nothing left to hide under, so with c ≤ window the exposed time is one layer's share c/L; with
+    c > window the link is busy from window/L on and c − window·(1 − 1/L) is exposed. No window
+    (no overlap) exposes all of c."""
+    L = np.maximum(_w(L), 1.0)
+    return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L), c)
+
+
 def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     """Exposed DP-family communication time per step for stage i (and the total, for reporting)."""
     t = ctx.train
@@ -160,31 +174,35 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     ncoll = np.where(bucket_mb > 0, np.maximum(psi * bP / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), ncoll)
     buckets = np.where(bucket_mb > 0, np.maximum(psi * bG / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), buckets)
     ddp = N.allreduce_time(hw, psi * bG, grp, s_shard, buckets)
-    rsG = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, ncoll)
-    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll)
+    rsG = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, ncoll, op="rs")
+    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll, op="rs")
     agP = N.gather_time(hw, psi * bP, nd, s_shard, ncoll)
     inter = N.allreduce_time(hw, psi * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, ncoll)
     ov = _w(p.dp_overlap) > 0
-    win_b = np.where(ov, t_b, 0.0)
-    win_f = np.where(ov, t_f, 0.0)
+    win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
+    win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
     Li = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0)
     # DDP / ZeRO-1: one reduction during the last backward; ZeRO-1 AG(P) under the next forward
-    ex0 = np.maximum(ddp - win_b, 0.0) + ddp / Li
+    ex0 = hidden_tail(ddp, win_b, Li)
     tot0 = ddp
-    ex1 = np.maximum(rsG + inter - win_b, 0.0) + (rsG + inter) / Li + np.maximum(agP - win_f, 0.0) + agP / Li
+    ex1 = hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f, Li)
     tot1 = rsG + inter + agP
     # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-    ex2 = m * (np.maximum(rsG + inter - win_b, 0.0) + (rsG + inter) / Li) + np.maximum(agP - win_f, 0.0) + agP / Li
+    ex2 = m * hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f, Li)
     tot2 = m * (rsG + inter) + agP
-    # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch
-    ex3 = m * (np.maximum(agP - win_f, 0.0) + agP / Li + np.maximum(agP + rsG + inter - win_b, 0.0) + rsG / Li)
+    # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
+    # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
+    # previous layer's RS, and its backward waits for both: backward collectives do not overlap
+    # (torch PR #70235; DeepSpeed PR #1170 — the 2021 behaviour of FSDP and DeepSpeed ZeRO-3)
+    win_b3 = np.where(_w(getattr(p, "bwd_prefetch", True)) > 0, win_b, 0.0)
+    ex3 = m * (hidden_tail(agP, win_f, Li) + hidden_tail(agP + rsG + inter, win_b3, Li))
     tot3 = m * (2 * agP + rsG + inter)
-    exh = m * (np.maximum(agP - win_f, 0.0) + agP / Li + np.maximum(rsG + inter - win_b, 0.0) + rsG / Li)
+    exh = m * (hidden_tail(agP, win_f, Li) + hidden_tail(rsG + inter, win_b, Li))
     toth = m * (agP + rsG + inter)
     # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last backward
     n_ag = np.where(pm == 1, m + 1.0, 1.0)
-    exk = np.maximum(rsGr + inter - win_b, 0.0) + (rsGr + inter) / Li + np.where(pm >= 1, n_ag * agP / Li, agP / Li) \
-        + np.where(pm == 0, np.maximum(agP - win_f, 0.0), 0.0)
+    exk = hidden_tail(rsGr + inter, win_b, Li) \
+        + np.where(pm >= 1, n_ag * agP / Li, hidden_tail(agP, win_f, Li))
     totk = rsGr + inter + n_ag * agP
     exposed = np.where(om == 0, ex0, np.where(gm == 0, ex1, np.where(k1, exk,
                        np.where(pm == 0, ex2, np.where(pm == 1, ex3, exh)))))

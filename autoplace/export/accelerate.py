@@ -78,6 +78,8 @@ def notes(job) -> list[str]:
         out.append("tensor parallelism in accelerate needs a transformers model with a tp_plan")
     if not job.plan.dp_overlap:
         out.append("FSDP always overlaps its collectives (prefetch); dp_overlap=False is ignored")
+    if not job.plan.bwd_prefetch and job.plan.zero == 3:
+        out.append("bwd_prefetch=False: FSDP1 takes it (NO_PREFETCH); FSDP2 always prefetches backward gathers")
     return out
 
 
@@ -166,7 +168,7 @@ def config_v1(job: ExportJob) -> dict | None:
           "fsdp_offload_params": plan.off == 3,
           "fsdp_activation_checkpointing": kind == "full",
           "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-          "fsdp_backward_prefetch": "BACKWARD_PRE",
+          "fsdp_backward_prefetch": "BACKWARD_PRE" if plan.bwd_prefetch else "NO_PREFETCH",
           "fsdp_forward_prefetch": False,
           "fsdp_state_dict_type": "SHARDED_STATE_DICT",
           "fsdp_use_orig_params": True,

@@ -142,6 +142,8 @@ def notes(job) -> list[str]:
                    "(--experimental.custom_import)")
     if not job.plan.dp_overlap:
         out.append("FSDP2 always overlaps its collectives (prefetch); dp_overlap=False is ignored")
+    if not job.plan.bwd_prefetch:
+        out.append("FSDP2 always prefetches backward all-gathers; bwd_prefetch=False is ignored")
     return out
 
 

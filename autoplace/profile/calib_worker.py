@@ -219,6 +219,43 @@ def comm_benchmarks(device, quick: bool, sync, local_world: int) -> dict:
     return out
 
 
+def overlap_benchmark(device, quick: bool, sync) -> dict:
+    """How much of a collective hides under compute on this machine: time a GEMM loop (t_c), an
+    all-reduce over all ranks (t_a), and the two together (the all-reduce issued async_op=True,
+    the GEMMs run, then wait: t_b). overlap = (t_c + t_a − t_b) / min(t_c, t_a), clipped to [0, 1]:
+    ≈ 1 where communication has its own engine (NCCL on GPUs), ≈ 0 where the backend's threads
+    need the cores the compute uses (gloo with one core per rank)."""
+    import torch
+    import torch.distributed as dist
+    reps = 3 if quick else 7
+    n = 256 if device.type == "cpu" else 4096
+    a = torch.randn(n, n, device=device)
+    el = (2**22 if device.type == "cpu" else 2**26) // 4
+    x = torch.randn(el, device=device)
+
+    def gemms(k):
+        for _ in range(k):
+            torch.mm(a, a)
+
+    # size the GEMM loop to about the all-reduce's time
+    t_a = _timeit(lambda: dist.all_reduce(x), sync, reps)
+    t_one = _timeit(lambda: gemms(1), sync, reps)
+    k = max(1, int(round(t_a / max(t_one, 1e-9))))
+    t_c = _timeit(lambda: gemms(k), sync, reps)
+
+    def both():
+        w = dist.all_reduce(x, async_op=True)
+        gemms(k)
+        w.wait()
+    t_b = _timeit(both, sync, reps)
+    vals = torch.tensor([t_a, t_c, t_b], dtype=torch.float64, device=device)
+    dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+    t_a, t_c, t_b = (float(v) for v in vals)
+    ov = (t_c + t_a - t_b) / max(min(t_c, t_a), 1e-12)
+    return {"allreduce_s": t_a, "compute_s": t_c, "both_s": t_b, "gemms": k, "bytes": el * 4,
+            "overlap": float(min(max(ov, 0.0), 1.0))}
+
+
 def software_versions(backend: str) -> dict:
     import torch
     sw = {"python": platform.python_version(), "torch": torch.__version__, "backend": backend,
@@ -285,6 +322,7 @@ def main(argv=None) -> int:
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
     dist.barrier()
     comm = comm_benchmarks(rt.device, args.quick, rt.sync, local_world)
+    comm["overlap"] = overlap_benchmark(rt.device, args.quick, rt.sync) if rt.world > 1 else None
     if rt.rank == 0:
         raw = {"compute": comp, "comm": comm,
                "contention": {"rank0_gemm_s": float(tot[0]), "max_gemm_s": float(mx[0]),

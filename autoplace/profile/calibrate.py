@@ -103,7 +103,23 @@ _COEF = {  # op → (bandwidth coefficient, latency coefficient) as functions of
 }
 
 
-def fit_network(raw: dict, scope: str = "intra", ops=("all_reduce", "all_gather", "reduce_scatter")):
+RS_MIN_BYTES = 2**20       # reduce-scatter points above this set rs_cost_factor (bandwidth-bound)
+
+
+def fit_rs_factor(raw: dict, net: dict | None, scope: str = "intra") -> float:
+    """Reduce-scatter bandwidth time ÷ the ring model fitted on AR/AG (median over messages of
+    ≥ 1 MiB): ≈ 1 on NCCL, ≈ 2 on gloo (an all-reduce plus a copy underneath)."""
+    if not net or not math.isfinite(net["bw"]):
+        return 1.0
+    bwc, latc = _COEF["reduce_scatter"]
+    ratios = [(c["s"] - latc(c["group"]) * net["latency"]) / (bwc(c["group"]) * c["bytes"] / net["bw"])
+              for c in raw["comm"]["collectives"]
+              if c["scope"] == scope and c["op"] == "reduce_scatter" and c.get("error") is None
+              and c["s"] == c["s"] and c["s"] > 0 and c["bytes"] >= RS_MIN_BYTES]
+    return float(np.clip(np.median(ratios), 0.5, 4.0)) if ratios else 1.0
+
+
+def fit_network(raw: dict, scope: str = "intra", ops=("all_reduce", "all_gather")):
     pts = [c for c in raw["comm"]["collectives"]
            if c["scope"] == scope and c["op"] in ops and c.get("error") is None
            and c["s"] == c["s"] and c["s"] > 0]
@@ -128,6 +144,9 @@ def fit_profile(raw: dict, name: str | None = None) -> dict:
     comp = fit_compute(raw)
     intra = fit_network(raw, "intra")
     inter = fit_network(raw, "inter") or intra
+    rs_factor = fit_rs_factor(raw, intra)
+    ovl = (raw["comm"].get("overlap") or {}).get("overlap")
+    comm_overlap = float(ovl) if ovl is not None else 1.0
     if intra is None:  # a single rank: no collectives measured
         intra = inter = {"bw": 1e12, "latency": 0.0, "points": 0, "median_rel_err": None}
     dev = raw["device"]
@@ -160,7 +179,8 @@ def fit_profile(raw: dict, name: str | None = None) -> dict:
         "gpus_per_node": local, "scaleup_domain": local,
         "intra_bw": intra["bw"], "intra_latency": intra["latency"],
         "inter_bw": inter["bw"], "inter_latency": inter["latency"],
-        "host_bw": host_bw, "cpu_adam_params_per_s": cpu_adam,
+        "host_bw": host_bw, "cpu_adam_params_per_s": cpu_adam, "rs_cost_factor": rs_factor,
+        "comm_overlap": comm_overlap,
         "step_overhead_s": step_over,
         "_fit": {"compute": comp["residuals"], "intra": intra, "inter": inter},
     }
@@ -326,13 +346,17 @@ def profile_toml(prof: dict, raw: dict) -> str:
         "[network]",
         f"gpus_per_node = {prof['gpus_per_node']}",
         f"scaleup_domain = {prof['scaleup_domain']}",
-        f"intra_bw_gbps = {_num(prof['intra_bw'] / 1e9)}    # NNLS fit of AR/AG/RS bus bandwidth "
+        f"intra_bw_gbps = {_num(prof['intra_bw'] / 1e9)}    # NNLS fit of AR/AG ring bus bandwidth "
         f"({fit['intra'].get('points')} points)",
         f"intra_latency_us = {_num(prof['intra_latency'] * 1e6)}    # per ring step; "
         + how("intra_latency", "NNLS intercept"),
         f"inter_bw_gbps = {_num(prof['inter_bw'] / 1e9)}    # "
         + ("groups spanning nodes" if nodes > 1 else "one node: same as intra"),
         f"inter_latency_us = {_num(prof['inter_latency'] * 1e6)}",
+        f"rs_cost_factor = {_num(prof.get('rs_cost_factor', 1.0))}    # reduce-scatter ÷ ring model, median "
+        "of messages ≥ 1 MiB (gloo: RS is an all-reduce + copy)",
+        f"comm_overlap = {_num(prof.get('comm_overlap', 1.0))}    # async all-reduce under a GEMM loop: "
+        "share of the shorter that hid",
         f"host_bw_gbps = {_num(prof['host_bw'] / 1e9)}    # "
         + ("pinned H2D/D2H" if raw["device"]["type"] == "cuda" else "memcpy (host memory is the device)"),
         "",

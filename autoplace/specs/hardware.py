@@ -45,6 +45,10 @@ class HardwareSpec:
     hbm_efficiency: float = 0.8             # achievable fraction of hbm_bw for memory-bound kernels
     nic_efficiency: float = 1.0             # reserved: multiplier on inter_bw for concurrent groups
     gather_rails: float = 1.0               # NICs one all-gather/reduce-scatter group's cross-node traffic
+    rs_cost_factor: float = 1.0             # reduce-scatter bandwidth time ÷ an all-gather of the same size
+                                            # (1: NCCL rings; gloo runs RS as an all-reduce + copy, ≈ 2)
+    comm_overlap: float = 1.0               # share of a compute window that hides DP collectives (1: NCCL has
+                                            # its own SMs/engines; ≈ 0: gloo threads need the ranks' cores)
                                             # spreads over (≤ members per node); 1 = one NIC per GPU's share
     cpu_adam_params_per_s: float = 1.0e9    # host Adam throughput per GPU's share of cores
     # fixed memory overheads

@@ -458,6 +458,11 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
         # Megatron-LM's asynchronous TP all-reduce in backward arrived after the SC21 experiments
         kw["tp_async"] = False
         assumptions.append(f"Megatron-LM run from {y}: backward TP all-reduce not yet asynchronous → tp_async=False")
+    if zero == 3 and y is not None and y <= 2021 and framework(rec, zero)[0] == "deepspeed":
+        # DeepSpeed ZeRO-3 before its mid-2021 prefetch fixes (PR #1170, v0.4.x): backward gathers on demand
+        kw["bwd_prefetch"] = False
+        assumptions.append(f"DeepSpeed ZeRO-3 run from {y}: backward all-gathers issued on demand behind the "
+                           "reduce-scatter (no backward prefetch) → bwd_prefetch=False")
     return kw, world, zero, fsdp
 
 

@@ -1,0 +1,190 @@
+"""Each step-time term in isolation, against numbers worked out by hand.
+
+A synthetic profile with round numbers (no latencies unless a test sets them) keeps the arithmetic
+checkable: 8 GPUs per node, 100 GB/s inside a node, 10 GB/s per GPU NIC, 100 TFLOP/s, 1 TB/s HBM.
+The pipeline bubble (p−1)/(v·m+p−1) is T12 in tests/test_spec_vectors.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoplace.cost import compute as K
+from autoplace.cost import memory as Mm
+from autoplace.cost import network as N
+from autoplace.cost import step as S
+from autoplace.plan import Plan
+from autoplace.placement.rules import Ctx
+from autoplace.specs.hardware import load_hardware
+from autoplace.specs.presets import get_preset
+from autoplace.specs.training import TrainingSpec
+
+GB = 1e9
+
+
+@pytest.fixture
+def hw():
+    return load_hardware().with_(
+        name="round", gpus_per_node=8, scaleup_domain=8, intra_bw=100 * GB, inter_bw=10 * GB,
+        intra_latency=0.0, inter_latency=0.0, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp8": 200e12,
+                                                           "fp32": 50e12},
+        hbm_bw=1000 * GB, hbm_efficiency=1.0, gemm_efficiency=1.0, kernel_overhead_s=0.0, gemm_tile=128,
+        sm_count=128, gather_rails=1.0, host_bw=50 * GB, cpu_adam_params_per_s=1e9)
+
+
+# ---- collectives ------------------------------------------------------------------------------
+def test_allreduce_inside_one_node_is_ring_over_nvlink(hw):
+    # 8 ranks in one node: 2·(8−1)/8 · 1 GB / 100 GB/s = 17.5 ms
+    assert N.allreduce_time(hw, 1 * GB, 8, 1) == pytest.approx(0.0175, rel=1e-12)
+
+
+def test_two_node_allreduce_is_limited_by_the_nic(hw):
+    # 2 ranks on 2 nodes (stride 8): no NVLink hop; 2·(2−1)/2 · 1 GB / 10 GB/s = 100 ms
+    assert N.allreduce_time(hw, 1 * GB, 2, 8) == pytest.approx(0.100, rel=1e-12)
+    # 16 ranks on 2 nodes, hierarchical: intra RS+AG 2·7/8·S/100 GB/s + inter AR of S/8 over the NIC
+    t = N.allreduce_time(hw, 1 * GB, 16, 1)
+    assert t == pytest.approx(0.0175 + 2 * 0.5 * (1 * GB / 8) / (10 * GB), rel=1e-12)   # 30 ms
+    # the NIC term dominates: 10× less bandwidth costs the cross-node part 10×
+    slow = N.allreduce_time(hw.with_(inter_bw=1 * GB), 1 * GB, 16, 1)
+    assert slow - 0.0175 == pytest.approx(10 * (t - 0.0175), rel=1e-12)
+
+
+def test_allreduce_latency_terms(hw):
+    h = hw.with_(intra_latency=10e-6, inter_latency=20e-6)
+    # 8 in a node: ring 2·(k−1) = 14 steps of 10 µs; 32 over 4 nodes adds a tree of 2⌈log₂4⌉ = 4 steps of 20 µs
+    assert N.allreduce_time(h, 0.0, 8, 1) == pytest.approx(14 * 10e-6)
+    assert N.allreduce_time(h, 0.0, 32, 1) == pytest.approx(14 * 10e-6 + 4 * 20e-6)
+    assert N.allreduce_time(h, 0.0, 32, 1, n_coll=3) == pytest.approx(3 * (14 * 10e-6 + 4 * 20e-6))
+
+
+def test_allgather_and_reduce_scatter_are_half_an_allreduce(hw):
+    # AG/RS of a 1 GB tensor over 16 ranks on 2 nodes: 7/8·S/100 GB/s + 1/2·S/10 GB/s (one rail)
+    t = N.gather_time(hw, 1 * GB, 16, 1)
+    assert t == pytest.approx(7 / 8 * 0.01 + 0.5 * 0.1, rel=1e-12)
+    # ring latency: n − 1 steps, each at the cross-node α once the ring leaves the node
+    h = hw.with_(intra_latency=10e-6, inter_latency=20e-6)
+    assert N.gather_time(h, 0.0, 16, 1) == pytest.approx(15 * 20e-6)
+    assert N.gather_time(h, 0.0, 8, 1) == pytest.approx(7 * 10e-6)
+
+
+def test_alltoall_and_p2p(hw):
+    # A2A over 16 ranks, 2 nodes: 7/16 of S over NVLink, 8/16 over the NIC
+    assert N.alltoall_time(hw, 1 * GB, 16, 1) == pytest.approx(7 / 16 * 0.01 + 8 / 16 * 0.1, rel=1e-12)
+    # P2P to the neighbour rank vs to the next node
+    assert N.p2p_time(hw, 1 * GB, 1) == pytest.approx(0.01)
+    assert N.p2p_time(hw, 1 * GB, 8) == pytest.approx(0.1)
+
+
+def test_rank_order_decides_which_link_an_axis_uses(hw):
+    # tp=8 innermost: TP all-reduce stays in the node; dp (stride 8) crosses nodes
+    st = N.axis_strides(Plan(tp=8, dp=2, pp=1))
+    assert st["tp"] == 1 and st["dp"] == 8
+    assert N.members_per_domain(8, st["tp"], 8) == 8 and N.members_per_domain(2, st["dp"], 8) == 1
+
+
+# ---- compute ----------------------------------------------------------------------------------
+def test_gemm_roofline_with_wave_quantization(hw):
+    b = 2
+    # 4096³: 32·32 = 1024 tiles = 8 full waves of 128 SMs → 2·4096³ / 100 TFLOP/s
+    assert K.gemm_time(hw, 4096, 4096, 4096, b, 100e12) == pytest.approx(2 * 4096 ** 3 / 100e12, rel=1e-12)
+    # one more row: 33·32 = 1056 tiles → 9 waves of 128 tiles of 128² outputs
+    t = K.gemm_time(hw, 4097, 4096, 4096, b, 100e12)
+    assert t == pytest.approx(2 * 9 * 128 * 128 * 128 * 4096 / 100e12, rel=1e-12)
+    # a skinny GEMM pads M = 8 to one 128-row tile: 64 tiles, one (partial) wave
+    M, N_, Kd = 8, 8192, 8192
+    assert K.gemm_time(hw, M, N_, Kd, b, 100e12) == pytest.approx(2 * 128 * 128 * 128 * Kd / 100e12, rel=1e-12)
+    # … and is memory-bound on 100 GB/s: (M·K + K·N + M·N)·2 B of traffic
+    slow = hw.with_(hbm_bw=100 * GB)
+    assert K.gemm_time(slow, M, N_, Kd, b, 100e12) == pytest.approx((M * Kd + Kd * N_ + M * N_) * 2 / 100e9,
+                                                                   rel=1e-12)
+
+
+def test_gemm_backward_is_dgrad_plus_wgrad(hw):
+    f, bwd = K.gemm_fwd_bwd(hw, 4096, 4096, 4096, 2, 100e12)
+    assert bwd == pytest.approx(2 * f, rel=1e-12)
+
+
+def test_memory_bound_kernels(hw):
+    h = hw.with_(hbm_efficiency=0.8, kernel_overhead_s=5e-6)
+    # 8 GB at 0.8 · 1 TB/s + 3 launches of 5 µs
+    assert K.membound_time(h, 8 * GB, 3) == pytest.approx(0.01 + 15e-6, rel=1e-12)
+
+
+# ---- DP overlap ---------------------------------------------------------------------------------
+def test_hidden_tail_formula():
+    # no window → all exposed; long window → one layer's share; short window → the excess
+    assert S.hidden_tail(10.0, 0.0, 10) == 10.0
+    assert S.hidden_tail(10.0, 100.0, 10) == pytest.approx(1.0)
+    assert S.hidden_tail(10.0, 5.0, 10) == pytest.approx(10.0 - 5.0 * 0.9)
+    # continuous where c = window
+    assert S.hidden_tail(10.0, 10.0, 10) == pytest.approx(1.0)
+
+
+def _ddp_ctx(world=16):
+    m = get_preset("7b")
+    return Ctx(m, TrainingSpec(seq_len=4096, global_batch=world), world)
+
+
+def test_overlap_hides_a_reduce_shorter_than_backward(hw):
+    ctx = _ddp_ctx()
+    p = Plan(dp=16, mbs=1).resolved(16)
+    dense, expert = Mm.stage_param_counts(ctx, p, 0)
+    S_bytes = (dense + expert) * ctx.train.b_G
+    L = ctx.model.layers
+    total_by_hand = 2 * 7 / 8 * S_bytes / (100 * GB) + 2 * 0.5 * (S_bytes / 8) / (10 * GB)
+    ex, tot = S._dp_exposed(ctx, hw, p, 0.0, 1e3, 0)        # backward far longer than the reduce
+    assert float(tot) == pytest.approx(total_by_hand, rel=1e-9)
+    assert float(ex) == pytest.approx(total_by_hand / L, rel=1e-9)   # only the last layer's share
+    ex_short, _ = S._dp_exposed(ctx, hw, p, 0.0, total_by_hand / 2, 0)
+    assert float(ex_short) == pytest.approx(total_by_hand - total_by_hand / 2 * (1 - 1 / L), rel=1e-9)
+    ex_none, _ = S._dp_exposed(ctx, hw, p.with_(dp_overlap=False), 0.0, 1e3, 0)
+    assert float(ex_none) == pytest.approx(total_by_hand, rel=1e-9)   # not overlapped: all of it
+
+
+def test_zero3_without_backward_prefetch_serializes_backward_collectives(hw):
+    ctx = _ddp_ctx()
+    p = Plan(dp=16, zero=3, mbs=1)
+    p = p.resolved(16)
+    dense, expert = Mm.stage_param_counts(ctx, p, 0)
+    psi = dense + expert
+    L = ctx.model.layers
+    n_coll = L + 1            # FSDP units: layers + embedding/head (latency-free here)
+    ag = N.gather_time(hw, psi * ctx.train.b_P, 16, 1, n_coll)
+    rs = N.gather_time(hw, psi * ctx.train.b_G, 16, 1, n_coll)
+    t_f, t_b = 1e3, 2e3
+    ex_pf, tot = S._dp_exposed(ctx, hw, p, t_f, t_b, 0)
+    assert float(tot) == pytest.approx(2 * ag + rs, rel=1e-9)
+    assert float(ex_pf) == pytest.approx(ag / L + (ag + rs) / L, rel=1e-9)
+    ex_np, _ = S._dp_exposed(ctx, hw, p.with_(bwd_prefetch=False), t_f, t_b, 0)
+    assert float(ex_np) == pytest.approx(ag / L + ag + rs, rel=1e-9)
+
+
+def test_breakdown_sums_to_step_and_overlap_is_reported(hw):
+    ctx = _ddp_ctx()
+    ev = S.evaluate(ctx, hw, Plan(dp=16, zero=3, mbs=1))
+    parts = sum(float(ev[k]) for k in S.BREAKDOWN)
+    assert parts == pytest.approx(float(ev["step_s"]), rel=1e-12)
+    assert float(ev["dp_comm_overlapped"]) == pytest.approx(float(ev["dp_comm_total"] - ev["dp_comm_exposed"]))
+
+
+def test_optimizer_step_is_memory_bound_and_cpu_adam_under_offload(hw):
+    ctx = _ddp_ctx(8)
+    p = Plan(dp=8, zero=1, mbs=1)
+    dense, expert = Mm.stage_param_counts(ctx, p, 0)
+    local = (dense + expert) / 8
+    gpu = S._optimizer_time(ctx, hw, p, 0)
+    per = S.optimizer_bytes_per_param(ctx.train)
+    assert float(gpu) == pytest.approx(local * per / (1000 * GB) + 4 * hw.kernel_overhead_s, rel=1e-9)
+    cpu = S._optimizer_time(ctx, hw, p.with_(offload="optimizer"), 0)
+    assert float(cpu) == pytest.approx(local / 1e9, rel=1e-9)       # CPU Adam at 1e9 params/s
+
+
+def test_numpy_broadcast_matches_scalar():
+    c = np.array([1.0, 10.0, 100.0])
+    w = np.array([[0.0], [50.0]])
+    out = S.hidden_tail(c, w, 10)
+    assert out.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            assert out[i, j] == pytest.approx(S.hidden_tail(float(c[j]), float(w[i, 0]), 10))
