@@ -384,6 +384,11 @@ def test_bayes_reaches_two_percent_of_optimum_13b_64():
     assert r["steps"][0] >= opt * (1 - 1e-9)          # nothing beats the proven optimum
     t = r["study"].trials[0]
     assert any(k.endswith("memory") for k in t.system_attrs)   # Trial.set_constraint was used
+    # TPE alone, without the analytic seed (three sampler seeds): near, but the seed is what
+    # guarantees 2 % in 200 trials on a space of 3.4 M legal plans
+    for seed in (0, 1, 2):
+        u = run_bayes(ctx, hw, sp, n_trials=200, seed=seed)
+        assert opt * (1 - 1e-9) <= u["steps"][0] <= opt * 1.10, seed
 
 
 def test_bayes_decoder_round_trip():
@@ -393,7 +398,7 @@ def test_bayes_decoder_round_trip():
     dec = Decoder(en)
     rng = np.random.default_rng(3)
     for _ in range(50):
-        u = {k: float(rng.random()) for k in dec.names}
+        u = {k: dec.choices[k][int(rng.integers(len(dec.choices[k])))] for k in dec.names}
         b = dec.decode(u)
         p = b.plan(0)
         assert not check(ctx, p)                   # legal by construction

@@ -2,14 +2,13 @@
 
 For spaces too large to enumerate, and later for measured objectives (a trial = a profiled run).
 
-Parametrization — legal by construction, static for multivariate TPE: every knob is one float
-u ∈ [0, 1) and the plan is decoded hierarchically from the enumeration's own tables
-(`autoplace.search.enumerate`, i.e. after the composition rules): u_tp picks tp among the legal
-degree rows, u_pp picks pp among the rows left, …, then inside each option group u_zero picks a
-ZeRO variant among that row's legal options, u_dp_replicate a replicate degree among those left, and
-so on. Every trial is therefore a legal plan (`check` confirms it), and the space never changes
-between trials (define-by-run conditionals would make multivariate TPE fall back to independent
-sampling).
+Parametrization — legal by construction, static for multivariate TPE: every knob is one
+categorical over the values it takes in the enumeration's own tables (`autoplace.search.enumerate`,
+i.e. after the composition rules), and a trial is decoded hierarchically: the legal degree rows
+with the requested tp (else the nearest legal tp), then pp among those, …, then inside each option
+group the requested ZeRO variant, replicate degree, mbs … (else the nearest legal one). Every trial
+is therefore a legal plan (`check` confirms it), and the space never changes between trials
+(define-by-run conditionals would make multivariate TPE fall back to independent sampling).
 
 Memory is a constraint: `trial.set_constraint("memory", peak/limit − 1)` (Optuna ≥ 5; feasible
 ≤ 0), falling back to `constraints_func` on older Optuna. The study is seeded with
@@ -29,35 +28,57 @@ DEG_KNOBS = ("tp", "pp", "cp", "ep", "t_exp")
 
 
 class Decoder:
-    """u-vector ↔ plan over the legal tables of an `Enumeration` (built with collapse_block=False)."""
+    """Knob values ↔ plan over the legal tables of an `Enumeration` (built with collapse_block=False).
+
+    Every knob is one static categorical — the values it takes anywhere in the legal tables — so
+    TPE learns which value of each knob is good (tp = 2, zero = 3, mbs = 4 …) regardless of the
+    others. A trial's values are decoded hierarchically: among the legal degree rows left, the one
+    with the requested tp (else the nearest tp on a log scale), then pp among those, …; then inside
+    each option group of that row the same for its knobs. Every decoded plan is therefore legal, and
+    a value that is unavailable in context maps to its nearest legal neighbour, not to an arbitrary
+    index."""
 
     def __init__(self, en):
         self.en = en
         rows = np.nonzero(en.totals_eval > 0)[0]
         self.rows = rows
-        self.deg_knobs = [k for k in DEG_KNOBS if len(np.unique(en.deg[k][rows])) > 1] if rows.size else []
+        self.choices: dict = {}
+        self.deg_knobs = []
+        for k in DEG_KNOBS:
+            vals = _uniq(en.deg[k][rows]) if rows.size else []
+            if len(vals) > 1:
+                self.deg_knobs.append(k)
+                self.choices[k] = vals
         self.group_knobs = []
         for g in en.groups:
-            ks = [k for k in g.cols if len(np.unique(g.cols[k][np.isin(g.owner, rows)])) > 1] if rows.size else []
+            ks = []
+            if rows.size:
+                sel = np.isin(g.owner, rows)
+                for k in g.cols:
+                    vals = _uniq(g.cols[k][sel])
+                    if len(vals) > 1:
+                        ks.append(k)
+                        self.choices[k] = vals
             self.group_knobs.append(ks)
         self.names = list(self.deg_knobs) + [k for ks in self.group_knobs for k in ks]
 
     @staticmethod
-    def _pick(values: np.ndarray, u: float):
-        uniq = list(dict.fromkeys(values.tolist()))
-        j = min(len(uniq) - 1, max(0, int(math.floor(u * len(uniq)))))
-        return uniq[j]
+    def _nearest(values: np.ndarray, want):
+        if want in values:
+            return want
+        v = np.asarray(values, dtype=float)
+        w = float(want)
+        if (v > 0).all() and w > 0:
+            d = np.abs(np.log(v) - np.log(w))
+        else:
+            d = np.abs(v - w)
+        return values[int(np.argmin(d))]
 
-    @staticmethod
-    def _u(values: np.ndarray, v) -> float:
-        uniq = list(dict.fromkeys(values.tolist()))
-        return (uniq.index(v) + 0.5) / len(uniq)
-
-    def decode(self, u: dict) -> PlanBatch:
+    def decode(self, want: dict) -> PlanBatch:
         en = self.en
         cand = self.rows
         for k in self.deg_knobs:
-            v = self._pick(en.deg[k][cand], u[k])
+            v = self._nearest(en.deg[k][cand], want[k])
             cand = cand[en.deg[k][cand] == v]
         d = int(cand[0])
         cols = {c: en.deg[c][[d]] for c in en.deg}
@@ -65,23 +86,23 @@ class Decoder:
             a, c = g.offsets[d], g.counts[d]
             opt = np.arange(a, a + c)
             for k in ks:
-                v = self._pick(g.cols[k][opt], u[k])
+                v = self._nearest(g.cols[k][opt], want[k])
                 opt = opt[g.cols[k][opt] == v]
             for name, arr in g.cols.items():
                 cols[name] = arr[opt[:1]]
         return PlanBatch(**cols)
 
     def encode(self, plan) -> dict | None:
-        """u-values that decode to `plan` (None when the plan is not in the tables)."""
+        """Knob values that decode to `plan` (None when the plan is not in the tables)."""
         en = self.en
         b = PlanBatch.from_plans([plan]) if not isinstance(plan, PlanBatch) else plan
-        u = {}
+        want = {}
         cand = self.rows
         for k in self.deg_knobs:
             v = getattr(b, k)[0].item()
             if v not in en.deg[k][cand]:
                 return None
-            u[k] = self._u(en.deg[k][cand], v)
+            want[k] = v
             cand = cand[en.deg[k][cand] == v]
         rest = [k for k in DEG_KNOBS if k not in self.deg_knobs]
         cand = cand[np.all([en.deg[k][cand] == getattr(b, k)[0] for k in rest], axis=0)] if rest else cand
@@ -95,9 +116,22 @@ class Decoder:
                 v = getattr(b, k)[0].item()
                 if v not in g.cols[k][opt]:
                     return None
-                u[k] = self._u(g.cols[k][opt], v)
+                want[k] = _py(v, self.choices[k])
                 opt = opt[g.cols[k][opt] == v]
-        return u
+        return {k: _py(v, self.choices[k]) for k, v in want.items()}
+
+
+def _uniq(values: np.ndarray) -> list:
+    """Sorted distinct values as Python scalars (Optuna categorical choices)."""
+    return [v.item() if hasattr(v, "item") else v for v in np.unique(values)]
+
+
+def _py(v, choices: list):
+    """v as the equal member of `choices` (so Optuna matches an enqueued value to its category)."""
+    for c in choices:
+        if c == v:
+            return c
+    return v
 
 
 def _coarse(space):
@@ -159,8 +193,8 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
             study.enqueue_trial(u, skip_if_exists=True)
 
     def objective(trial):
-        u = {k: trial.suggest_float(k, 0.0, 1.0) for k in dec.names}
-        b = dec.decode(u)
+        want = {k: trial.suggest_categorical(k, dec.choices[k]) for k in dec.names}
+        b = dec.decode(want)
         plan = b.plan(0)
         key = plan
         if key in seen:
