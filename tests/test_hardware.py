@@ -365,3 +365,21 @@ def test_parse_size(text, value):
 def test_parse_size_rejects_garbage(text):
     with pytest.raises(InputError, match="--gpu-memory"):
         parse_size(text)
+
+
+def test_data_folders_found_in_checkout_env_and_wheel_prefix(tmp_path, monkeypatch):
+    import sys
+
+    from autoplace import data
+    # source checkout: next to the package
+    assert data.data_dir("hardware_profiles").joinpath("h100-sxm-80gb.toml").exists()
+    # AUTOPLACE_DATA overrides
+    (tmp_path / "search_spaces").mkdir()
+    monkeypatch.setenv("AUTOPLACE_DATA", str(tmp_path))
+    assert data.data_dir("search_spaces") == tmp_path / "search_spaces"
+    # a wheel install: <prefix>/share/autoplace/<kind> comes after the checkout path
+    monkeypatch.delenv("AUTOPLACE_DATA")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    assert data.candidates("search_spaces")[-1] == tmp_path / "venv" / "share" / "autoplace" / "search_spaces"
+    with pytest.raises(ValueError):
+        data.candidates("nope")

@@ -30,10 +30,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from autoplace.data import data_dir
 from autoplace.errors import InputError
 from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES
 
-SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+SPACE_DIR = data_dir("search_spaces")
 DEFAULT_SPACE = "default"
 
 _RC_ALIASES = {"off": "none", "no": "none", "sel": "selective", "uniform": "full"}

@@ -17,9 +17,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from autoplace.data import data_dir
 from autoplace.errors import InputError
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles"
+PROFILE_DIR = data_dir("hardware_profiles")
 DEFAULT_HARDWARE = "h100-sxm-80gb"
 
 
