@@ -6,21 +6,10 @@ from typing import Optional
 
 import typer
 
+from dataclasses import replace
+
 from autoplace.cli.common import (check_gpus, cli_errors, print_json, resolve_hardware, resolve_model)
-
-
-def build_training(model, seq_len, global_batch, precision, regime, attention, dropout, states_only,
-                   global_batch_tokens=None):
-    from autoplace.errors import InputError
-    from autoplace.specs.training import TrainingSpec
-    s = seq_len or (model.max_seq_len if not model.states_only else 2048)
-    if global_batch is None:
-        tokens = global_batch_tokens or 4 * 2**20
-        global_batch = max(1, round(tokens / s))
-    if global_batch < 1:
-        raise InputError(f"--global-batch must be ≥ 1, got {global_batch}")
-    return TrainingSpec(seq_len=s, global_batch=global_batch, precision=precision, regime=regime,
-                        attention=attention, dropout=dropout, states_only=states_only)
+from autoplace.cli.search import build_training
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +49,8 @@ def register(app: typer.Typer) -> None:
             if global_batch is None and (states_only or m.states_only):
                 r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
                 global_batch = max(r.dp, 1) * r.mbs
-            train = build_training(m, seq_len, global_batch, precision, regime, attention, dropout, states_only)
+            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world)
+            train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
         doc = run(m, hw, train, p, world, headroom)
         if as_json:
             print_json(doc)
