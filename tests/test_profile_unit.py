@@ -176,3 +176,16 @@ def test_slurm_template_and_commands(tmp_path):
     assert "autoplace.profile.calib_worker" in t and "--fit calib_raw.json --out prof.toml" in t
     lines = torchrun_command_lines(2, 8, "nccl", "raw.json", "head")
     assert len(lines) == 3 and "--node-rank 1" in lines[1] and "head:29500" in lines[0]
+
+
+def test_select_runnable_skips_what_the_runner_cannot_do_and_duplicates():
+    from autoplace.plan import parse_plan
+    from autoplace.profile.candidates import select_runnable
+    from autoplace.specs.presets import get_preset
+    ranked = [parse_plan(t) for t in ("zero=1,offload=optimizer", "cp=2", "zero=1,tp=8", "zero=1,tp=4",
+                                      "zero=2", "zero=3")]
+    taken, skipped = select_runnable(get_preset("llama-tiny"), ranked, 2, nproc=2, backend="gloo")
+    assert taken == [2, 4]                    # tp=8 (run as tp=2 on 2 ranks) and zero=2
+    why = dict(skipped)
+    assert "offload" in why[0] and "cp > 1" in why[1]
+    assert "like a candidate already taken" in why[3]     # tp=4 also runs as tp=2 here

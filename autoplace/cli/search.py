@@ -251,7 +251,9 @@ def register(app: typer.Typer) -> None:
         ctx = Ctx(m, train, world)
         prog = _LazyProgress(f"search {m.name} on {world} GPUs")
         try:
-            result = run_search(ctx, hw, sp, method=method, top_k=top_k, headroom=headroom, progress=prog,
+            # --profile-top K looks further down the ranking for K plans that run on this machine
+            k_search = max(top_k, 8 * profile_top) if profile_top else top_k
+            result = run_search(ctx, hw, sp, method=method, top_k=k_search, headroom=headroom, progress=prog,
                                 trials=trials, workers=workers)
         except NoFeasiblePlanError as e:
             prog.close()
@@ -265,11 +267,17 @@ def register(app: typer.Typer) -> None:
             raise
         finally:
             prog.close()
+        ranked = result["plans"]
+        result = dict(result, plans=ranked[:top_k], steps=result["steps"][:top_k])
         docs = _docs(m, hw, train, result["plans"], world, headroom)
         stats = result["stats"]
+        profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len) if profile_top else None
         if as_json:
-            print_json({"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
-                        "space": sp.to_dict()})
+            doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
+                   "space": sp.to_dict()}
+            if profiled is not None:
+                doc["profiled"] = profiled
+            print_json(doc)
         else:
             from rich.console import Console
             con = Console()
@@ -278,8 +286,6 @@ def register(app: typer.Typer) -> None:
             render(result, docs, train_note, sp, explain, con)
         if emit:
             _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
-        if profile_top:
-            _profile(m, hw, train, result["plans"][:profile_top], world, docs[:profile_top])
 
 
 def _stats_json(stats: dict, train_note: str) -> dict:
@@ -308,14 +314,26 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
         typer.echo(f"emitted to {res.out_dir}", err=True)
 
 
-def _profile(model, hw, train, plans, world, docs):
-    from autoplace.errors import AutoplaceError
+def _profile(model, hw, train, ranked, world, k, seq_len=128):
+    """Run the first k runnable plans of the ranking for real; the table to stderr, the results
+    (JSON-ready) returned."""
+    from autoplace.errors import AutoplaceError, InputError
+    if k < 1:
+        raise InputError(f"--profile-top must be ≥ 1, got {k}")
     try:
-        import importlib
-        importlib.import_module("autoplace.profile.candidates")     # the implementation must exist
-        from autoplace.profile import profile_candidates
+        from autoplace.profile.candidates import profile_candidates, select_runnable
     except ImportError as e:
         raise AutoplaceError(f"--profile-top: the profiler is not available ({e})") from None
+    taken, skipped = select_runnable(model, ranked, k, seq_len=seq_len)
+    for i, why in skipped:
+        typer.echo(f"--profile-top: skipping #{i + 1} {ranked[i].short()}: {why}", err=True)
+    if not taken:
+        typer.echo(f"--profile-top: none of the top {len(ranked)} plans runs on this machine", err=True)
+        return []
+    plans = [ranked[i] for i in taken]
+    docs = _docs(model, hw, train, plans, world, 0.0)
     out = profile_candidates(model, plans, hw=hw, train=train, world=world, predicted=docs)
-    if out is not None:
-        typer.echo(str(out), err=True)
+    for r, i in zip(sorted(out, key=lambda r: r["predicted_rank"]), taken):
+        r["search_rank"] = i + 1
+    typer.echo(str(out), err=True)
+    return [{k2: v for k2, v in r.items() if k2 != "record"} for r in out]

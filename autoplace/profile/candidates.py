@@ -77,6 +77,37 @@ def profile_candidates(model, plans, nproc: int | None = None, backend: str | No
     return results
 
 
+def select_runnable(model, plans, k: int, nproc: int | None = None, backend: str | None = None,
+                    seq_len: int = 128) -> tuple[list[int], list[tuple[int, str]]]:
+    """The first k of the ranked `plans` that the plan runner can execute here, after scaling to
+    nproc ranks, one per distinct scaled configuration: (indices taken, [(index, why skipped)]).
+    The reasons are the runner's own checks (`runner._validate`), without launching anything."""
+    from types import SimpleNamespace
+
+    from autoplace.profile.runner import DEFAULTS, Unsupported, _validate
+    backend, nproc = _local_devices(backend, nproc)
+    rt = SimpleNamespace(world=nproc, device=SimpleNamespace(type="cuda" if backend == "nccl" else "cpu"))
+    taken, skipped, seen = [], [], set()
+    for i, p in enumerate(plans):
+        if len(taken) >= k:
+            break
+        q = _scale(p, nproc)
+        spec = scale_model(model, [q], backend, nproc)
+        job = dict(DEFAULTS, seq_len=min(seq_len, spec.max_seq_len), global_batch=_global_batch([q]))
+        try:
+            _validate(q, spec, job, rt)
+        except Unsupported as e:
+            skipped.append((i, str(e)))
+            continue
+        key = q.short()
+        if key in seen:
+            skipped.append((i, f"runs as {key} here, like a candidate already taken"))
+            continue
+        seen.add(key)
+        taken.append(i)
+    return taken, skipped
+
+
 def _local_devices(backend, nproc):
     import torch
     if backend is None:
