@@ -146,6 +146,8 @@ def render(result, docs, train_note, space, explain: bool, console) -> None:
     con.print(f"[dim]{s['candidates']:,} candidates · {s['legal']:,} legal · "
               + (f"{s['feasible']:,} fit · " if s.get("feasible") is not None else "")
               + f"{s['evaluated']:,} evaluated · {s['seconds']:.2f} s · {s['method_reason']}[/]")
+    if s.get("space_note"):
+        con.print(f"[dim]{s['space_note']}[/]")
     if explain:
         con.print(f"[dim]{train_note}[/]")
         if s["pruned_by_rule"]:
@@ -290,7 +292,7 @@ def register(app: typer.Typer) -> None:
 
 def _stats_json(stats: dict, train_note: str) -> dict:
     keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
-            "method_reason", "optimal_note", "workers", "trials", "seed", "ilp")
+            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp")
     out = {k: stats[k] for k in keys if k in stats}
     out["global_batch_note"] = train_note
     return out

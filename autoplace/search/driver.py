@@ -70,6 +70,11 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
         raise InputError(f"--memory-headroom must be in [0, 1), got {headroom}")
     t0 = time.perf_counter()
     chunk = chunk or DEFAULT_CHUNK
+    space_note = ""
+    if getattr(hw, "host_is_device", False) and any(o != 0 for o in space.offload):
+        # offloading to the host frees nothing when the host memory is the device memory
+        space = space.with_(offload=(0,))
+        space_note = f"offload left out: on {hw.name} the host memory is the device memory"
     en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True)
     chosen = method
     reason = ""
@@ -118,6 +123,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     stats["method_reason"] = reason or {"exhaustive": "requested: every legal plan evaluated (exact)",
                                         "ilp": "requested: exhaustive, then CP-SAT per-stage layer split and recompute",
                                         "bayes": "requested"}.get(chosen, "")
+    if space_note:
+        stats["space_note"] = space_note
     stats["seconds"] = time.perf_counter() - t0
     out = {"plans": plans, "steps": steps, "stats": stats, "closest": None, "closest_ratio": math.inf,
            "enumeration": en}

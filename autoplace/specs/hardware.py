@@ -50,6 +50,7 @@ class HardwareSpec:
                                             # (1: NCCL rings; gloo runs RS as an all-reduce + copy, ≈ 2)
     comm_overlap: float = 1.0               # share of a compute window that hides DP collectives (1: NCCL has
                                             # its own SMs/engines; ≈ 0: gloo threads need the ranks' cores)
+    host_is_device: bool = False            # CPU "devices": host memory is the device memory, offload frees nothing
                                             # spreads over (≤ members per node); 1 = one NIC per GPU's share
     cpu_adam_params_per_s: float = 1.0e9    # host Adam throughput per GPU's share of cores
     # fixed memory overheads
