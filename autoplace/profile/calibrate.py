@@ -179,7 +179,7 @@ def fit_profile(raw: dict, name: str | None = None) -> dict:
         "gpus_per_node": local, "scaleup_domain": local,
         "intra_bw": intra["bw"], "intra_latency": intra["latency"],
         "inter_bw": inter["bw"], "inter_latency": inter["latency"],
-        "host_bw": host_bw, "cpu_adam_params_per_s": cpu_adam, "rs_cost_factor": rs_factor,
+        "host_bw": host_bw, "cpu_adam_params_per_s": cpu_adam, "rs_cost_factor": rs_factor, "host_is_device": dev["type"] != "cuda",
         "comm_overlap": comm_overlap,
         "step_overhead_s": step_over,
         "_fit": {"compute": comp["residuals"], "intra": intra, "inter": inter},
@@ -359,6 +359,7 @@ def profile_toml(prof: dict, raw: dict) -> str:
         "share of the shorter that hid",
         f"host_bw_gbps = {_num(prof['host_bw'] / 1e9)}    # "
         + ("pinned H2D/D2H" if raw["device"]["type"] == "cuda" else "memcpy (host memory is the device)"),
+        f"host_is_device = {'true' if prof.get('host_is_device') else 'false'}",
         "",
         "[overheads]",
         f"cpu_adam_gparams_per_s = {_num(prof['cpu_adam_params_per_s'] / 1e9)}    # torch.optim.Adam on "
