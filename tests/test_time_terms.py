@@ -30,6 +30,7 @@ def hw():
         intra_latency=0.0, inter_latency=0.0, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp8": 200e12,
                                                            "fp32": 50e12},
         hbm_bw=1000 * GB, hbm_efficiency=1.0, gemm_efficiency=1.0, kernel_overhead_s=0.0, gemm_tile=128,
+        gemm_k_overhead=0.0, comm_overlap=1.0, rs_cost_factor=1.0,
         sm_count=128, gather_rails=1.0, host_bw=50 * GB, cpu_adam_params_per_s=1e9)
 
 
@@ -98,6 +99,14 @@ def test_gemm_roofline_with_wave_quantization(hw):
     slow = hw.with_(hbm_bw=100 * GB)
     assert K.gemm_time(slow, M, N_, Kd, b, 100e12) == pytest.approx((M * Kd + Kd * N_ + M * N_) * 2 / 100e9,
                                                                    rel=1e-12)
+
+
+def test_gemm_k_overhead_slows_small_k(hw):
+    # K₀ = 64: a K = 768 GEMM runs at 768/832 of the rate; K = 8192 at 8192/8256
+    h = hw.with_(gemm_k_overhead=64.0)
+    for K_ in (768, 8192):
+        assert K.gemm_time(h, 4096, 4096, K_, 2, 100e12) == pytest.approx(
+            K.gemm_time(hw, 4096, 4096, K_, 2, 100e12) * (K_ + 64) / K_, rel=1e-12)
 
 
 def test_gemm_backward_is_dgrad_plus_wgrad(hw):

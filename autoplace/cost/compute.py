@@ -6,9 +6,11 @@ skip masked blocks (eager/fused-softmax kernels compute the full square; Korthik
 full square too). Recompute: full = one more forward; selective = the attention core forward again.
 
 Time per GEMM is a roofline with tile quantization and a launch overhead:
-  t = max(2·⌈M⌉·⌈N⌉·K / (peak·η_gemm), (MK + KN + MN)·b / (B_hbm·η_hbm)) + t_kernel
-where ⌈x⌉ rounds up to the profile's GEMM tile — small per-rank GEMMs under large TP or small
-micro-batches are slower (Narayanan et al. 2021 §5). Memory-bound kernels (norms, residual/dropout,
+  t = max(2·⌈M⌉·⌈N⌉·(K + K₀) / (peak·η_gemm), (MK + KN + MN)·b / (B_hbm·η_hbm)) + t_kernel
+where ⌈x⌉ rounds up to the profile's GEMM tile (and the tiles to whole waves over the SMs) and K₀
+(`gemm_k_overhead`) is each output tile's pipeline fill and epilogue in K-loop elements — small
+per-rank GEMMs under large TP, small micro-batches or small hidden sizes are slower (Narayanan et
+al. 2021 §5). Memory-bound kernels (norms, residual/dropout,
 activation functions, softmax, rotary, optimizer, cross-entropy) take bytes/(B_hbm·η_hbm) + t_kernel.
 """
 
@@ -29,7 +31,7 @@ def gemm_time(hw, M, N, K, dtype_bytes, peak):
     q = hw.gemm_tile
     tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
     waves = np.ceil(tiles / hw.sm_count)
-    flops = 2.0 * waves * hw.sm_count * q * q * _w(K)
+    flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + hw.gemm_k_overhead)
     bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
     return np.maximum(flops / (peak * hw.gemm_efficiency), bytes_ / (hw.hbm_bw * hw.hbm_efficiency)) \
         + hw.kernel_overhead_s

@@ -40,6 +40,7 @@ class HardwareSpec:
     # compute efficiency (fitted per profile, one set for all models)
     gemm_efficiency: float = 0.8            # achievable fraction of peak on large GEMMs
     gemm_tile: int = 128                    # tile edge for wave/tile quantization of GEMM dims
+    gemm_k_overhead: float = 0.0            # per-tile prologue/epilogue as extra K-loop elements (small-K GEMMs)
     sm_count: int = 108                     # streaming multiprocessors (CUs): GEMM wave quantization
     kernel_overhead_s: float = 5e-6         # launch/tail overhead per GEMM or fused kernel
     attention_efficiency: float = 0.6       # fraction of peak for the attention core (flash)
