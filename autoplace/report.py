@@ -48,8 +48,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     con.print(ct)
     if "time" in doc:
         tm = doc["time"]
-        tt = Table(title=f"step {tm['step_s']:.3f} s · {tm['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
-                         f"MFU {tm['mfu']:.1%} · HFU {tm['hfu']:.1%} · {tm['tflops_per_gpu']:.0f} TFLOP/s/GPU")
+        con.print(f"[bold]step {tm['step_s']:.3f} s[/] · {tm['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
+                  f"MFU {tm['mfu']:.1%} · HFU {tm['hfu']:.1%} · {tm['tflops_per_gpu']:.0f} TFLOP/s/GPU")
+        tt = Table(title="step-time breakdown (after overlap)")
         tt.add_column("term")
         tt.add_column("seconds", justify="right")
         tt.add_column("share", justify="right")
@@ -57,5 +58,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
             if v > 0:
                 tt.add_row(k, f"{v:.4f}", f"{v / tm['step_s']:.1%}")
         con.print(tt)
+        hidden = {k: v for k, v in (tm.get("overlapped_s") or {}).items() if v and v > 0}
+        if hidden:
+            con.print("[dim]hidden under compute (not in the step): "
+                      + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items()) + "[/]")
     for n in doc.get("notes", []):
         con.print(f"[dim]{n['rule']}: {n['message']}[/]")
