@@ -98,15 +98,13 @@ def stage_times(ctx, hw, p):
     unit = N.gather_time(hw, T * m.hidden * ctx.train.b_A, p.tp, st["tp"])
     sp = _w(p.sp) > 0
     ce = 3.0 * N.allreduce_time(hw, T * 4.0, p.tp, st["tp"])
-    out = {}
-    for kind, first, last in (("first", True, False), ("middle", False, False), ("last", False, True)):
-        idx = 0 if first else (_w(p.pp) - 1 if last else 1)
-        Li = Mm.layers_on_stage(ctx, p, 0) if not getattr(p, "layer_split", ()) else _w(
-            np.asarray(p.layer_split, dtype=float)[int(np.clip(idx if np.ndim(idx) == 0 else 0, 0, len(p.layer_split) - 1))])
-        srec = getattr(p, "stage_recompute", ())
+    split = tuple(getattr(p, "layer_split", ()) or ())
+    srec = tuple(getattr(p, "stage_recompute", ()) or ())
+
+    def one(first, last, idx):
+        Li = Mm.layers_on_stage(ctx, p, 0) if not split else _w(float(split[min(idx, len(split) - 1)]))
         if srec:
-            j = int(np.clip(idx if np.ndim(idx) == 0 else 0, 0, len(srec) - 1))
-            rl = _w(srec[j])
+            rl = _w(srec[min(idx, len(srec) - 1)])
         else:
             rl = np.where(rc == 3, np.minimum(_w(p.recompute_layers), Li), 0.0)
         block = (rc == 3) | (len(srec) > 0)
@@ -125,18 +123,25 @@ def stage_times(ctx, hw, p):
             b = b + ht["emb_b"]
             comp = comp + ht["emb_f"] + ht["emb_b"]
             tpc = tpc + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
-        if last or (first and False):
-            pass
-        is_last = last
-        if first:
-            is_last = _w(p.pp) == 1
+        is_last = (_w(p.pp) == 1) if first else last
         head_f = ht["logits_f"] + np.where(_w(p.tp) > 1, np.where(sp, 1.0, 0.0) * unit + ce / 2, 0.0)
-        head_b = ht["logits_b"] + np.where(_w(p.tp) > 1, np.where(sp, 2.0, 2.0) * unit + ce / 2, 0.0)
+        head_b = ht["logits_b"] + np.where(_w(p.tp) > 1, 2.0 * unit + ce / 2, 0.0)
         f = f + np.where(is_last, head_f, 0.0)
         b = b + np.where(is_last, head_b, 0.0)
         comp = comp + np.where(is_last, ht["logits_f"] + ht["logits_b"], 0.0)
         tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
-        out[kind] = {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc}
+        return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc}
+
+    out = {"first": one(True, False, 0), "last": one(False, True, -1 if not split else len(split) - 1)}
+    pp_s = int(np.max(_w(p.pp)))
+    if (split or srec) and np.ndim(p.pp) == 0 and pp_s > 3:
+        # explicit per-stage layers / recompute: time every interior stage; "middle" is the slowest,
+        # with "fb_sum" the total of all interior stages (the pipeline needs max and Σ over stages)
+        mids = [one(False, False, i) for i in range(1, pp_s - 1)]
+        tot = [float(np.asarray(d["f"] + d["b"])) for d in mids]
+        out["middle"] = dict(mids[int(np.argmax(tot))], fb_sum=_w(sum(tot)))
+    else:
+        out["middle"] = one(False, False, 1)
     return out, lt, ht
 
 
@@ -239,7 +244,8 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     t_last = ls["f"] + ls["b"]
     one = pp == 1
     t_max = np.where(one, t_first, np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0)))
-    t_sum = np.where(one, t_first, t_first + t_last + np.maximum(pp - 2, 0.0) * t_mid)
+    t_mids = ms["fb_sum"] if "fb_sum" in ms else np.maximum(pp - 2, 0.0) * t_mid
+    t_sum = np.where(one, t_first, t_first + t_last + t_mids)
     # PP p2p: per micro-batch, each chunk boundary crossing costs one message each way on the critical path
     st = N.axis_strides(p)
     X = C.p2p_message_bytes(ctx, p)

@@ -21,9 +21,8 @@ always fits, times to the nearest µs):
   subject to t_i = a_k(i) + b_k(i)·n_i + c_k(i)·r_i ≤ t_max,  k(i) ∈ {first, middle, last}
              α_i + β_i·n_i + γ_i·r_i ≤ limit            (every stage's own peak)
              Σ n_i = L,  1 ≤ n_i,  0 ≤ r_i ≤ n_i
-             (n_i, r_i) = (n_1, r_1) for the interior stages 1 … p−2 (`equal_middle`, default:
-             `step.evaluate` times the pipeline from the first, one interior and the last stage, so
-             only splits with equal interior stages are evaluated exactly)
+             optionally (n_i, r_i) = (n_1, r_1) for the interior stages 1 … p−2 (`equal_middle`;
+             off by default: `step.evaluate` times every stage of an explicit split)
 
 Solved with CP-SAT (`ortools.sat.python.cp_model`, snake_case API), or `scipy.optimize.milp`
 (HiGHS) when OR-tools is not installed. The refined plan is then re-evaluated by `evaluate` and only
@@ -99,7 +98,7 @@ def _probe_plan(plan, p, n, r, recompute):
 
 
 def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = None,
-                check_linear: bool = True, equal_middle: bool = True) -> StageModel:
+                check_linear: bool = True, equal_middle: bool = False) -> StageModel:
     """Fit the per-stage linear coefficients of `plan` (pp > 1, v = 1) from the cost functions."""
     from autoplace.cost import memory as M
     from autoplace.cost.step import stage_times
