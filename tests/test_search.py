@@ -481,7 +481,7 @@ def test_cli_table_and_explain(runner):
 
 @pytest.mark.parametrize("args", [
     ["--method", "magic"], ["--space", "nope"], ["--top-k", "0"], ["--gpus", "0"],
-    ["--global-batch", "8", "--global-batch-tokens", "100"], ["--model", "not-a-model"],
+    ["--global-batch", "8", "--global-batch-tokens", "100"], ["--model", "not-a-model"], ["--profile-top", "0"],
 ])
 def test_cli_bad_input_exit_1(runner, args):
     base = {"--model": "13b", "--gpus": "64"}

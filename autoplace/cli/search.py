@@ -242,6 +242,8 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
         if top_k < 1:
             raise InputError(f"--top-k must be ≥ 1, got {top_k}")
+        if profile_top is not None and profile_top < 1:
+            raise InputError(f"--profile-top must be ≥ 1, got {profile_top}")
         if launcher and not emit:
             raise InputError("--launcher needs --emit DIR")
         m = resolve_model(model, None)
@@ -319,9 +321,7 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
 def _profile(model, hw, train, ranked, world, k, seq_len=128):
     """Run the first k runnable plans of the ranking for real; the table to stderr, the results
     (JSON-ready) returned."""
-    from autoplace.errors import AutoplaceError, InputError
-    if k < 1:
-        raise InputError(f"--profile-top must be ≥ 1, got {k}")
+    from autoplace.errors import AutoplaceError
     try:
         from autoplace.profile.candidates import profile_candidates, select_runnable
     except ImportError as e:
