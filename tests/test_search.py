@@ -337,16 +337,22 @@ def test_cpsat_and_milp_equal_brute_force():
     assert n_feasible >= 10
 
 
+def _uneven_70b(global_batch, split, rec):
+    """70b on 64 GPUs, tp=8 pp=8: (ctx, hw, StageModel, the plan with an explicit split)."""
+    from autoplace.search.ilp import stage_model
+    hw = load_hardware()
+    ctx = Ctx(get_preset("70b"), TrainingSpec(seq_len=4096, global_batch=global_batch), 64)
+    plan = Plan(tp=8, pp=8, dp=1, zero=1, sp=True, mbs=1)
+    q = plan.with_(layer_split=split, stage_recompute=rec, recompute="block")
+    return ctx, hw, stage_model(ctx, hw, plan), q
+
+
 def test_stage_model_is_the_cost_model():
     """The ILP's per-stage coefficients reproduce stage_memory for an uneven split."""
     from autoplace.cost import memory as M
-    from autoplace.search.ilp import MIB, stage_model
-    hw = load_hardware()
-    ctx = Ctx(get_preset("70b"), TrainingSpec(seq_len=4096, global_batch=512), 64)
-    plan = Plan(tp=8, pp=8, dp=1, zero=1, sp=True, mbs=1)
-    sm = stage_model(ctx, hw, plan)
+    from autoplace.search.ilp import MIB
     split, rec = (9, 10, 10, 11, 10, 10, 10, 10), (3, 2, 0, 0, 1, 0, 0, 0)
-    q = plan.with_(layer_split=split, stage_recompute=rec, recompute="block")
+    ctx, hw, sm, q = _uneven_70b(512, split, rec)
     for i in range(8):
         true = float(np.asarray(M.stage_memory(ctx, hw, q, i)["total"])) / MIB
         assert 0 <= sm.stage_mem(i, split[i], rec[i]) - true < 1 + split[i] + rec[i]   # rounded up per coefficient
@@ -356,13 +362,9 @@ def test_evaluate_times_every_stage_of_an_uneven_split():
     """T_pipe of an explicit split with unequal interior stages = (m − 1)·max t_i + Σ t_i, the ILP's
     objective from its per-stage coefficients (µs rounding per stage)."""
     from autoplace.cost.step import evaluate
-    from autoplace.search.ilp import US, stage_model
-    hw = load_hardware()
-    ctx = Ctx(get_preset("70b"), TrainingSpec(seq_len=4096, global_batch=64), 64)
-    plan = Plan(tp=8, pp=8, dp=1, zero=1, sp=True, mbs=1)
-    sm = stage_model(ctx, hw, plan)
+    from autoplace.search.ilp import US
     split, rec = (8, 12, 8, 11, 9, 10, 12, 10), (2, 0, 3, 0, 1, 0, 0, 0)
-    q = plan.with_(layer_split=split, stage_recompute=rec, recompute="block")
+    ctx, hw, sm, q = _uneven_70b(64, split, rec)
     ev = evaluate(ctx, hw, q)
     t_pipe = float(ev["step_s"] - ev["pp_comm"] - ev["dp_comm_exposed"] - ev["optimizer"] - ev["offload"]
                    - ev["overhead"])
