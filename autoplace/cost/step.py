@@ -187,27 +187,34 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
     Li = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0)
+    # A CPU "device" computes on the thread that issues the collectives: a gather issued at a
+    # module's pre-forward/pre-backward hook cannot run ahead of it (GPU prefetch comes from the host
+    # running ahead of the device stream); reductions are async and can still overlap
+    sync_dev = bool(getattr(hw, "host_is_device", False))
+    win_f_ag = 0.0 * win_f if sync_dev else win_f
     # DDP / ZeRO-1: one reduction during the last backward; ZeRO-1 AG(P) under the next forward
     ex0 = hidden_tail(ddp, win_b, Li)
     tot0 = ddp
-    ex1 = hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f, Li)
+    ex1 = hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f_ag, Li)
     tot1 = rsG + inter + agP
     # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-    ex2 = m * hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f, Li)
+    ex2 = m * hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f_ag, Li)
     tot2 = m * (rsG + inter) + agP
     # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
     # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
     # previous layer's RS, and its backward waits for both: backward collectives do not overlap
     # (torch PR #70235; DeepSpeed PR #1170 — the 2021 behaviour of FSDP and DeepSpeed ZeRO-3)
-    win_b3 = np.where(_w(getattr(p, "bwd_prefetch", True)) > 0, win_b, 0.0)
-    ex3 = m * (hidden_tail(agP, win_f, Li) + hidden_tail(agP + rsG + inter, win_b3, Li))
+    pf_b = _w(getattr(p, "bwd_prefetch", True)) > 0
+    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_b, Li), agP + rsG + inter) if sync_dev else \
+        np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li), agP + rsG + inter)
+    ex3 = m * (hidden_tail(agP, win_f_ag, Li) + bwd3)
     tot3 = m * (2 * agP + rsG + inter)
-    exh = m * (hidden_tail(agP, win_f, Li) + hidden_tail(rsG + inter, win_b, Li))
+    exh = m * (hidden_tail(agP, win_f_ag, Li) + hidden_tail(rsG + inter, win_b, Li))
     toth = m * (agP + rsG + inter)
     # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last backward
     n_ag = np.where(pm == 1, m + 1.0, 1.0)
     exk = hidden_tail(rsGr + inter, win_b, Li) \
-        + np.where(pm >= 1, n_ag * agP / Li, hidden_tail(agP, win_f, Li))
+        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP / Li), hidden_tail(agP, win_f_ag, Li))
     totk = rsGr + inter + n_ag * agP
     exposed = np.where(om == 0, ex0, np.where(gm == 0, ex1, np.where(k1, exk,
                        np.where(pm == 0, ex2, np.where(pm == 1, ex3, exh)))))

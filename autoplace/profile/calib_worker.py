@@ -220,40 +220,48 @@ def comm_benchmarks(device, quick: bool, sync, local_world: int) -> dict:
 
 
 def overlap_benchmark(device, quick: bool, sync) -> dict:
-    """How much of a collective hides under compute on this machine: time a GEMM loop (t_c), an
-    all-reduce over all ranks (t_a), and the two together (the all-reduce issued async_op=True,
-    the GEMMs run, then wait: t_b). overlap = (t_c + t_a − t_b) / min(t_c, t_a), clipped to [0, 1]:
-    ≈ 1 where communication has its own engine (NCCL on GPUs), ≈ 0 where the backend's threads
-    need the cores the compute uses (gloo with one core per rank)."""
+    """How much of a collective hides under compute on this machine: in each round, time an
+    all-reduce over all ranks (t_a), a GEMM loop of about the same length (t_c), and the two
+    together (the all-reduce issued async_op=True, the GEMMs run, then wait: t_b), each the max over
+    ranks; overlap = (t_c + t_a − t_b) / min(t_c, t_a), clipped to [0, 1], median over rounds.
+    ≈ 1 where communication has its own engine (NCCL on GPUs), ≈ 0 where the backend's threads need
+    the cores the compute uses (gloo with one core per rank)."""
     import torch
     import torch.distributed as dist
-    reps = 3 if quick else 7
+    rounds = 5 if quick else 9
     n = 256 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device)
-    el = (2**22 if device.type == "cpu" else 2**26) // 4
+    el = (2**24 if device.type == "cpu" else 2**27) // 4
     x = torch.randn(el, device=device)
 
     def gemms(k):
         for _ in range(k):
             torch.mm(a, a)
 
-    # size the GEMM loop to about the all-reduce's time
-    t_a = _timeit(lambda: dist.all_reduce(x), sync, reps)
-    t_one = _timeit(lambda: gemms(1), sync, reps)
-    k = max(1, int(round(t_a / max(t_one, 1e-9))))
-    t_c = _timeit(lambda: gemms(k), sync, reps)
+    def ar():
+        dist.all_reduce(x)
+
+    t_a0 = _timeit(ar, sync, 3)
+    t_one = _timeit(lambda: gemms(1), sync, 5)
+    k = max(1, int(round(t_a0 / max(t_one, 1e-9))))
 
     def both():
         w = dist.all_reduce(x, async_op=True)
         gemms(k)
         w.wait()
-    t_b = _timeit(both, sync, reps)
-    vals = torch.tensor([t_a, t_c, t_b], dtype=torch.float64, device=device)
-    dist.all_reduce(vals, op=dist.ReduceOp.MAX)
-    t_a, t_c, t_b = (float(v) for v in vals)
-    ov = (t_c + t_a - t_b) / max(min(t_c, t_a), 1e-12)
-    return {"allreduce_s": t_a, "compute_s": t_c, "both_s": t_b, "gemms": k, "bytes": el * 4,
-            "overlap": float(min(max(ov, 0.0), 1.0))}
+    both()
+    sync()
+    ovs, rows = [], []
+    for _ in range(rounds):
+        ts = [_timeit(fn, sync, 1, warmup=0) for fn in (ar, lambda: gemms(k), both)]
+        v = torch.tensor(ts, dtype=torch.float64, device=device)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        t_a, t_c, t_b = (float(t) for t in v)
+        rows.append([t_a, t_c, t_b])
+        ovs.append(min(max((t_c + t_a - t_b) / max(min(t_c, t_a), 1e-12), 0.0), 1.0))
+    med = [statistics.median(r[i] for r in rows) for i in range(3)]
+    return {"allreduce_s": med[0], "compute_s": med[1], "both_s": med[2], "gemms": k, "bytes": el * 4,
+            "rounds": rows, "overlap": float(statistics.median(ovs))}
 
 
 def software_versions(backend: str) -> dict:
