@@ -167,6 +167,9 @@ def test_zero3_without_backward_prefetch_serializes_backward_collectives(hw):
     assert float(ex_pf) == pytest.approx(ag / L + (ag + rs) / L, rel=1e-9)
     ex_np, _ = S._dp_exposed(ctx, hw, p.with_(bwd_prefetch=False), t_f, t_b, 0)
     assert float(ex_np) == pytest.approx(ag / L + ag + rs, rel=1e-9)
+    # a CPU device (compute on the issuing thread): gathers exposed, the reduce-scatter still hides
+    ex_cpu, _ = S._dp_exposed(ctx, hw.with_(host_is_device=True), p, t_f, t_b, 0)
+    assert float(ex_cpu) == pytest.approx(ag + ag + rs / L, rel=1e-9)
 
 
 def test_breakdown_sums_to_step_and_overlap_is_reported(hw):
