@@ -217,7 +217,38 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
             progress(trial.number + 1, n_trials)
         return step
 
-    study.optimize(objective, n_trials=n_trials, timeout=timeout_s, gc_after_trial=False)
+    state = {"expanded": None}
+
+    def local_search(study, trial):
+        """When the incumbent improves and nothing is queued, queue its one-knob neighbours (each
+        knob moved to each other value, decoded to the nearest legal plan, unseen plans only):
+        a coordinate-descent step that TPE's density model alone takes many trials to make."""
+        from optuna.trial import TrialState
+        feas = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("memory_violation", 1.0) <= 0 and t.value is not None and t.value < 1e9]
+        if not feas or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        best = min(feas, key=lambda t: t.value)
+        if state["expanded"] == best.number:
+            return
+        state["expanded"] = best.number
+        budget = max(0, n_trials - len(study.trials))
+        queued = set()
+        for k in dec.names:
+            for v in dec.choices[k]:
+                if len(queued) >= budget // 2:
+                    return
+                if v == best.params.get(k):
+                    continue
+                want = dict(best.params, **{k: v})
+                plan = dec.decode(want).plan(0)
+                if plan in seen or plan in queued:
+                    continue
+                queued.add(plan)
+                study.enqueue_trial(want, skip_if_exists=True)
+
+    study.optimize(objective, n_trials=n_trials, timeout=timeout_s, gc_after_trial=False,
+                   callbacks=[local_search])
     vals = list(seen.values())
     feas = sorted((v for v in vals if v[1] <= 0 and v[2] == 0), key=lambda v: v[0])
     best = feas[:top_k]
