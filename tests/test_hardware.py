@@ -383,3 +383,23 @@ def test_data_folders_found_in_checkout_env_and_wheel_prefix(tmp_path, monkeypat
     assert data.candidates("search_spaces")[-1] == tmp_path / "venv" / "share" / "autoplace" / "search_spaces"
     with pytest.raises(ValueError):
         data.candidates("nope")
+
+
+@pytest.mark.parametrize("name,stem", [
+    ("NVIDIA H100", "h100-sxm-80gb"), ("H100 80GB HBM3", "h100-sxm-80gb"), ("AMD Instinct MI300X", "mi300x"),
+    ("A100-SXM4-40GB (Selene)", "a100-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    ("NVIDIA H200 141GB", "h200"), ("GB200 NVL72", "gb200-nvl72"), ("B200", "b200"),
+])
+def test_free_form_gpu_names_resolve(name, stem):
+    from autoplace.specs.hardware import match_gpu_name
+    assert match_gpu_name(name) == (stem, "")
+    assert load_hardware(name).name == load_hardware(stem).name
+
+
+@pytest.mark.parametrize("name,fragment", [
+    ("NVIDIA A100 80GB PCIe", "PCIe/NVL board"), ("H100 NVL", "PCIe/NVL board"),
+    ("Tesla V100-SXM2-16GB", "only the 32 GB V100"),
+])
+def test_boards_without_a_profile_are_refused_with_the_reason(name, fragment):
+    with pytest.raises(InputError, match=fragment):
+        load_hardware(name)

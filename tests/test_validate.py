@@ -477,3 +477,21 @@ def test_unseen_source_llama_gqa_on_h100():
                  gated_mlp=True)
     assert math.isclose(by["mfu"]["predicted"], F.megatron_core(sh, 32) / est["time"]["step_s"] / 8 / 989e12,
                         rel_tol=1e-5)
+
+
+def test_moe_record_fields_and_free_form_gpu_names_are_read():
+    from autoplace.validate import validate_records
+    rec = {"id": "moe", "record_type": "measured_throughput",
+           "source": {"citation": "synthetic 2024", "table_or_figure": "t"},
+           "model": {"name": "Mixtral 8x7B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                     "ffn_hidden": 14336, "vocab": 32000, "seq_len": 4096, "num_experts": 8, "top_k": 2},
+           "hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus_total": 64, "gpus_per_node": 8},
+           "plan": {"dp": 8, "tp": 2, "pp": 4, "cp": 1, "ep": 8, "vpp": 1, "sequence_parallel": True,
+                    "zero_stage": 1, "fsdp": False, "recompute": "selective", "micro_batch": 1,
+                    "global_batch": 256, "precision": "bf16", "pp_schedule": "1F1B"},
+           "measured": {"tflops_per_gpu": 300}}
+    pcie = dict(rec, id="pcie", hardware={"gpu": "A100 80GB PCIe", "gpus_total": 64, "gpus_per_node": 8})
+    doc = validate_records([rec, pcie])
+    got = {r["id"]: r for r in doc["records"]}
+    assert got["moe"]["metric"] == "tflops_per_gpu" and got["moe"]["predicted"] > 0
+    assert "PCIe/NVL board" in got["pcie"]["skipped"]

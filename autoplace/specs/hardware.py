@@ -157,6 +157,35 @@ ALIASES = {
 }
 
 
+_VENDOR_WORDS = r"nvidia|amd|instinct|tesla|gpu|accelerator|hbm\d?e?|sxm\d?|oam"
+
+
+def match_gpu_name(name: str) -> tuple[str | None, str]:
+    """A profile stem for a free-form GPU name ('NVIDIA H100 80GB HBM3', 'AMD Instinct MI300X',
+    'A100-SXM4-40GB (Selene)'), or (None, why not) — e.g. PCIe / NVL boards, whose clocks, power and
+    links differ from the SXM profiles, are refused rather than mapped to them."""
+    t = re.sub(r"\(.*?\)", " ", name.lower())
+    if re.search(r"pcie|\bnvl\b(?!72)|h100\s*nvl", t):
+        return None, f"'{name}' is a PCIe/NVL board: no profile (the SXM profiles' power, clocks and NVLink do not apply)"
+    t = re.sub(_VENDOR_WORDS, " ", t)
+    mem = re.search(r"(\d+)\s*gb", t)
+    gb = int(mem.group(1)) if mem else None
+    for pat, stem in ((r"gb200", "gb200-nvl72"), (r"\bb200", "b200"), (r"h200", "h200"), (r"h100", "h100-sxm-80gb"),
+                      (r"mi300x", "mi300x"), (r"v100", "v100-dgx2")):
+        if re.search(pat, t):
+            if stem == "v100-dgx2" and gb is not None and gb != 32:
+                return None, f"'{name}': only the 32 GB V100 (DGX-2) has a profile"
+            if stem == "h100-sxm-80gb" and gb is not None and gb not in (80, 94):
+                return None, f"'{name}': only the 80 GB H100 SXM has a profile"
+            return stem, ""
+    if re.search(r"a100", t):
+        if gb == 40:
+            return "a100-40gb", ""
+        if gb in (80, None):
+            return "a100-80gb", ""
+    return None, f"unknown GPU '{name}'"
+
+
 def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
 
@@ -174,6 +203,11 @@ def resolve_profile_path(name_or_path: str) -> Path:
     cand = PROFILE_DIR / f"{key}.toml"
     if cand.exists():
         return cand
+    stem, why = match_gpu_name(name_or_path)
+    if stem and (PROFILE_DIR / f"{stem}.toml").exists():
+        return PROFILE_DIR / f"{stem}.toml"
+    if why and not why.startswith("unknown"):
+        raise InputError(f"--hardware: {why}; pass a calibrated .toml (autoplace calibrate)")
     raise InputError(f"--hardware: unknown GPU profile '{name_or_path}'; "
                      f"choose one of {', '.join(available_profiles())} or pass a .toml path")
 

@@ -214,6 +214,10 @@ def parse_global_batch(gb, seq_len) -> tuple[int | None, str | None]:
 
 
 # ---- hardware ---------------------------------------------------------------------------------
+def _canon_name(x: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", x.lower())
+
+
 def map_hardware(rec: dict, assumptions: list, any_ok: bool = False) -> HardwareSpec:
     hwr = rec.get("hardware") or {}
     gpu = hwr.get("gpu")
@@ -232,7 +236,12 @@ def map_hardware(rec: dict, assumptions: list, any_ok: bool = False) -> Hardware
         except AutoplaceError:
             hw = None
         if hw is None:
-            raise Skip(f"unknown GPU '{gpu}' (no hardware profile or alias)") from None
+            from autoplace.specs.hardware import match_gpu_name
+            _, why = match_gpu_name(str(gpu))
+            raise Skip(why if why and not why.startswith("unknown") else
+                       f"unknown GPU '{gpu}' (no hardware profile or alias)") from None
+    if _canon_name(str(gpu)) != _canon_name(hw.name):
+        assumptions.append(f"hardware.gpu '{gpu}' → profile {hw.name}")
     gpn = as_int(hwr.get("gpus_per_node"))
     if gpn and gpn != hw.gpus_per_node and not any_ok:
         if hw.scaleup_domain == hw.gpus_per_node:       # the node is the scale-up domain
@@ -255,6 +264,35 @@ def model_family(rec: dict) -> str:
     if re.search(r"llama|swiglu|rmsnorm|\brope\b|rotary", t):
         return "llama-like"
     return "gpt"
+
+
+_EXPERTS = ("num_experts", "n_experts", "experts", "num_local_experts", "moe_num_experts", "n_routed_experts")
+_TOPK = ("top_k", "moe_top_k", "experts_per_token", "num_experts_per_tok", "router_top_k", "k")
+_EXPERT_FFN = ("expert_ffn_hidden", "moe_ffn_hidden", "moe_intermediate_size", "expert_hidden")
+
+
+def _moe_fields(m: dict, notes: str, assumptions: list) -> dict:
+    """Mixture-of-experts fields of a record's model (any of the usual spellings; "8x7B" / "top-2"
+    in the name or notes when the fields are absent)."""
+    def first(keys):
+        return next((as_int(m[k]) for k in keys if as_int(m.get(k)) is not None), None)
+    E, k, fe = first(_EXPERTS), first(_TOPK), first(_EXPERT_FFN)
+    if E is None:
+        g = re.search(r"\b(\d+)\s*x\s*\d+(\.\d+)?\s*b\b", notes)        # Mixtral "8x7B"
+        if g:
+            E = int(g.group(1))
+            assumptions.append(f"experts from the name: {E}")
+    if not E or E <= 1:
+        return {}
+    if k is None:
+        g = re.search(r"top[- ]?(\d+)", notes)
+        k = int(g.group(1)) if g else 2
+        if not g:
+            assumptions.append("MoE top-k not stated → 2")
+    out = {"num_experts": E, "top_k": k}
+    if fe:
+        out["expert_ffn_hidden"] = fe
+    return out
 
 
 def map_model(rec: dict, assumptions: list) -> ModelSpec:
@@ -299,6 +337,7 @@ def map_model(rec: dict, assumptions: list) -> ModelSpec:
         kw.update(attn_bias=False, mlp_bias=False)
     if fam == "gpt" and not m.get("arch_notes"):
         assumptions.append("arch_notes null → GPT-style (learned positions, LayerNorm, biases, GeLU, tied)")
+    kw.update(_moe_fields(m, notes, assumptions))
     try:
         return ModelSpec(name=str(m.get("name") or rec.get("id")), layers=L, hidden=h, heads=a,
                          vocab=V, ffn_hidden=f, kv_heads=kv, max_seq_len=s, source="record", **kw)
