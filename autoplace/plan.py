@@ -288,6 +288,25 @@ def _mode_codes(text: str) -> tuple[int, int, int]:
         raise InputError(f"--plan: dp_modes '{text}': P in R|SG|SG-hold, G in R|S, O in R|S") from None
 
 
+def lighter_ends_split(layers: int, pp: int) -> tuple:
+    """Layers per stage when pp does not divide them: ⌈L/pp⌉ everywhere, the surplus taken off the
+    first and last stages in turn (they also hold the embedding and the logits) — Llama 3's 126
+    layers on 16 stages become 7, 8 × 14, 7 (Llama 3 paper §3.3.2)."""
+    if pp < 2 or layers % pp == 0:
+        return (layers // max(pp, 1),) * max(pp, 1)
+    base = -(-layers // pp)
+    split = [base] * pp
+    surplus, k = base * pp - layers, 0
+    order = [i for j in range(pp // 2 + 1) for i in (j, pp - 1 - j)]
+    while surplus > 0:
+        i = order[k % len(order)]
+        if split[i] > 1:
+            split[i] -= 1
+            surplus -= 1
+        k += 1
+    return tuple(split)
+
+
 def micro_batches(plan, global_batch):
     """m = B / (b · dp) (D4; broadcastable). Non-divisible batches give a fractional m that rule D4 flags."""
     import numpy as np

@@ -495,3 +495,25 @@ def test_moe_record_fields_and_free_form_gpu_names_are_read():
     got = {r["id"]: r for r in doc["records"]}
     assert got["moe"]["metric"] == "tflops_per_gpu" and got["moe"]["predicted"] > 0
     assert "PCIe/NVL board" in got["pcie"]["skipped"]
+
+
+def test_layers_not_divisible_by_pp_map_to_a_lighter_ends_split():
+    from autoplace.plan import lighter_ends_split
+    from autoplace.validate import validate_records
+    assert lighter_ends_split(126, 16) == (7,) + (8,) * 14 + (7,)        # Llama 3 405B (paper §3.3.2)
+    assert lighter_ends_split(70, 12) == (5,) + (6,) * 10 + (5,)         # BLOOM on 12 stages
+    assert sum(lighter_ends_split(10, 4)) == 10 and lighter_ends_split(8, 4) == (2, 2, 2, 2)
+    rec = {"id": "bloom", "record_type": "measured_throughput",
+           "source": {"citation": "BigScience 2022", "table_or_figure": "t"},
+           "model": {"name": "BLOOM 176B", "layers": 70, "hidden": 14336, "heads": 112, "kv_heads": 112,
+                     "ffn_hidden": 57344, "vocab": 250880, "seq_len": 2048,
+                     "arch_notes": "ALiBi, LayerNorm, GeLU, tied embeddings"},
+           "hardware": {"gpu": "A100 80GB", "gpus_total": 384, "gpus_per_node": 8},
+           "plan": {"dp": 8, "tp": 4, "pp": 12, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": False,
+                    "zero_stage": 1, "fsdp": False, "recompute": "full", "micro_batch": 2,
+                    "global_batch": 2048, "precision": "bf16", "pp_schedule": "1F1B"},
+           "measured": {"tflops_per_gpu": 150}}
+    doc = validate_records([rec])
+    r = doc["records"][0]
+    assert r["metric"] == "tflops_per_gpu" and r["predicted"] > 0
+    assert any("layer_split [5, 6" in a for a in doc["mapping"]["bloom"]["assumptions"])

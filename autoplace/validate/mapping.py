@@ -551,6 +551,16 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     rc = recompute_override or parse_recompute(plan.get("recompute"))
     sched, vpp = _schedule(rec, kw["pp"], assumptions)
     sp = bool(plan.get("sequence_parallel"))
+    pp = kw["pp"]
+    if pp > 1 and model.layers % (pp * vpp):
+        if vpp > 1:
+            assumptions.append(f"layers={model.layers} not divisible by pp·vpp = {pp * vpp} → 1F1B")
+            sched, vpp = "1f1b", 1
+        if model.layers % pp:
+            from autoplace.plan import lighter_ends_split
+            kw["layer_split"] = lighter_ends_split(model.layers, pp)
+            assumptions.append(f"layers={model.layers} not divisible by pp={pp} → layer_split "
+                               f"{list(kw['layer_split'])} (first/last stages lighter)")
     try:
         p = Plan(sp=sp, recompute=rc or "none", mbs=mbs, schedule=sched, vpp=vpp, **kw)
     except (AutoplaceError, ValueError, TypeError) as e:
