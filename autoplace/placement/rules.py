@@ -243,7 +243,11 @@ def _d3_message(c, p) -> str:
     if c.shaped and not _layers_ok(c, p):
         if p.layer_split:
             return f"layer_split {list(p.layer_split)} must have pp={p.pp} entries summing to {L}"
-        return f"layers={L} % pp={p.pp} ≠ 0: an even stage split needs L divisible by pp (give layer_split)"
+        from autoplace.plan import lighter_ends_split
+        hint = ":".join(str(x) for x in lighter_ends_split(L, int(p.pp))) if int(p.pp) <= L else None
+        return (f"layers={L} % pp={p.pp} ≠ 0: an even stage split needs L divisible by pp "
+                + (f"(give layer_split, e.g. layer_split={hint}, or search --method ilp)" if hint
+                   else "(pp is larger than the layer count)"))
     if p.vpp > 1 and p.sched != 1:
         return f"vpp={p.vpp} requires schedule=interleaved"
     m = micro_batches(p, c.train.global_batch)
