@@ -1,7 +1,7 @@
 """Real torch runs (gloo, CPU) of llama-tiny plans: exact state bytes, activations within 5 %,
 collective bytes per axis = prediction, equivalence with a single process, negative controls.
 
-Two torchrun launches for the whole module (session scope): 2 ranks × 17 plans and 4 ranks × 8
+Two torchrun launches for the whole module (session scope): 2 ranks × 17 plans and 4 ranks × 9
 plans. Each plan trains warm-up 1 + 1 timed + 1 instrumented step (3 Adam steps, the trajectory
 compared with the single-process run).
 """
