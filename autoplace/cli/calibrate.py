@@ -31,7 +31,6 @@ def register(app: typer.Typer) -> None:
     ):
         """Benchmark GEMMs, attention, memory-bound kernels, collectives (sizes × group sizes), P2P and
         host copies; fit the cost model's hardware parameters; write a profile TOML."""
-        import json
         from pathlib import Path
 
         from autoplace.errors import InputError
@@ -51,7 +50,8 @@ def register(app: typer.Typer) -> None:
             if nnodes > 1 and not fit:
                 return
         if fit:
-            prof = C.write_profile(json.loads(Path(fit).read_text()), out, name)
+            from autoplace.errors import read_json
+            prof = C.write_profile(read_json(fit, "--fit", "pass the RAW.json a calibration run wrote"), out, name)
         else:
             prof = C.calibrate(backend, nproc, out, quick=quick, name=name, raw_out=raw, timeout_s=timeout,
                                probes=not no_probes)
@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
                    f"(η_gemm {prof['gemm_efficiency']:.2f}), memory {prof['hbm_bw'] / 1e9:.1f} GB/s, "
                    f"kernel {prof['kernel_overhead_s'] * 1e6:.1f} µs, collectives "
                    f"{prof['intra_bw'] / 1e9:.2f} GB/s + {prof['intra_latency'] * 1e6:.0f} µs/step "
-                   f"(median fit error {100 * (f['intra'].get('median_rel_err') or 0):.0f}%)")
+                   f"(median fit error {100 * (f['intra'].get('median_rel_err') or 0):.0f}%), reduce-scatter "
+                   f"×{prof.get('rs_cost_factor', 1.0):.2f}, overlap {prof.get('comm_overlap', 1.0):.2f}")
         pr = f.get("probes") or {}
         if pr.get("used"):
             typer.echo(f"refined on {len(pr['plans'])} probe runs ({pr['model']}): log-error rms "

@@ -41,7 +41,8 @@ def validate_records(records) -> dict:
 
 
 def document(results, summary) -> dict:
-    """The JSON document of a run: {records, summary, not_compared, mapping}."""
+    """The JSON document of a run: {schema_version, records, summary, not_compared, mapping}."""
+    from autoplace import SCHEMA_VERSION
     out, not_compared, mapping = [], [], {}
     for r in results:
         if r.skipped is not None:
@@ -51,4 +52,5 @@ def document(results, summary) -> dict:
         not_compared.extend({"id": r.id, **n} for n in r.not_compared)
         if r.mapping is not None:
             mapping[r.id] = r.mapping
-    return {"records": out, "summary": summary, "not_compared": not_compared, "mapping": mapping}
+    return {"schema_version": SCHEMA_VERSION, "records": out, "summary": summary,
+            "not_compared": not_compared, "mapping": mapping}
