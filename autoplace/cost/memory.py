@@ -156,7 +156,8 @@ def model_state_bytes(ctx, p, i):
 def activation_bytes_per_layer(ctx, p, mode=None):
     """Bytes one rank saves for backward in one transformer layer for one micro-batch.
 
-    mode: None → the plan's recompute code; 0 none, 1 selective, 2 full (checkpoint only).
+    mode: None → the plan's recompute code; 0 none, 1 selective, 2 full (checkpoint only);
+    "all" → the (none, selective, full-checkpoint) triple.
     Korthikanti Table 2 terms, generalized (T10 reproduces exactly for a GPT block, eager, dropout):
       replicated under TP without SP (÷t with SP): LN1 in, QKV in, LN2 in, FC1 in (b_A·h each),
         two residual dropout masks (1·h each, if dropout);
@@ -166,7 +167,7 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         selective recompute), flash 4·a/t (fp32 log-sum-exp per head per row).
     """
     m, t = ctx.model, ctx.train
-    rc = _w(p.rc) if mode is None else _w(mode)
+    rc = _w(p.rc) if mode is None or mode == "all" else _w(mode)
     tp, cp = _w(p.tp), _w(p.cp)
     bA = t.b_A
     s_loc = t.seq_len / cp
@@ -193,6 +194,8 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     full = sb * (repl + qkvo + core + mlp)
     selective = sb * (repl + qkvo + mlp) + np.where(t.attention == "eager", 0.0, sb * core)
     ckpt = sb * bA * h / t_sp
+    if mode == "all":
+        return full, selective, ckpt
     return np.where(rc == 0, full, np.where(rc == 1, selective, np.where(rc == 2, ckpt, full)))
 
 
@@ -229,12 +232,12 @@ def stage_activation_bytes(ctx, p, i):
     Li = layers_on_stage(ctx, p, i)
     v_eff = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)
     n_chunks = in_flight(ctx, p, i)
-    per_layer_plan = activation_bytes_per_layer(ctx, p)
-    per_layer_none = activation_bytes_per_layer(ctx, p, np.where(_w(p.rc) == 3, 0, _w(p.rc)))
-    ckpt = activation_bytes_per_layer(ctx, p, 2)
+    full, selective, ckpt = activation_bytes_per_layer(ctx, p, "all")
+    rc = _w(p.rc)
+    per_layer = np.where(rc == 1, selective, np.where(rc == 2, ckpt, full))    # block (3): full per layer
     rl, block = block_recompute(p, i, Li)
     frac = np.where(Li > 0, rl / np.maximum(Li, 1e-9), 0.0)
-    avg = np.where(block, (1 - frac) * per_layer_none + frac * ckpt, per_layer_plan)
+    avg = np.where(block, (1 - frac) * per_layer + frac * ckpt, per_layer)
     layers_in_flight = n_chunks * Li / v_eff
     acts = layers_in_flight * avg
     # stage 0: input ids (int64) + embedding dropout mask per in-flight micro-batch, ÷ t (Megatron estimator)
