@@ -543,8 +543,9 @@ def supported_cases(draw, launcher):
         r = draw(st.sampled_from([d for d in _divisors(dp) if dp // d > 1 or cp > 1] or [1]))
     if model.is_moe and launcher == "torchtitan":     # EP is carved out of dp_shard·cp·tp
         etp = draw(st.sampled_from([0, 1])) if tp > 1 else 0
+        shard = dp // r if zero == 3 else 1           # below ZeRO-3 torchtitan runs DDP: dp_shard = 1
         ep = draw(st.sampled_from([e for e in _divisors(model.num_experts)
-                                   if (dp // r * cp * tp) % (e * (etp or tp)) == 0]))
+                                   if (shard * cp * tp) % (e * (etp or tp)) == 0]))
     if launcher == "deepspeed":
         off = draw(st.sampled_from({0: ["none"], 1: ["none"], 2: ["none", "grads"],
                                     3: ["none", "grads", "params"]}[zero]))

@@ -60,6 +60,12 @@ def interleaved_group(m: int, pp: int) -> tuple[int, bool]:
     return m // rounds, m % rounds == 0
 
 
+def _tt_shard_degree(plan) -> int:
+    """torchtitan's data_parallel_shard_degree for the plan: the FSDP group under zero=3, else 1 (DDP)."""
+    zero, _ = zero_level(plan)
+    return plan.dp_shard if zero == 3 else 1
+
+
 def _reasons(job: ExportJob) -> list[str]:
     plan, model, train = job.plan, job.model, job.train
     out = common_refusals(job)
@@ -82,9 +88,11 @@ def _reasons(job: ExportJob) -> list[str]:
     if plan.ep > 1:
         if plan.t_exp not in (1, plan.tp):
             out.append(f"etp={plan.t_exp}: torchtitan supports only etp = 1 or etp = tp")
-        if (plan.dp_shard * plan.cp * plan.tp) % (plan.t_exp * plan.ep):
+        shard = _tt_shard_degree(plan)
+        if (shard * plan.cp * plan.tp) % (plan.t_exp * plan.ep):
             out.append(f"ep={plan.ep}, etp={plan.t_exp}: torchtitan carves EP out of dp_shard·cp·tp = "
-                       f"{plan.dp_shard * plan.cp * plan.tp}, which etp·ep does not divide")
+                       f"{shard}·{plan.cp}·{plan.tp}, which etp·ep does not divide"
+                       + (" (zero<3 runs as DDP: dp_shard = 1; use zero=3)" if zero < 3 else ""))
     if plan.off in (1, 2):
         out.append(f"offload={plan.offload}: torchtitan's enable_cpu_offload moves parameters, gradients "
                    "and optimizer state together (offload=params)")
@@ -209,7 +217,7 @@ def job_config(job: ExportJob) -> dict:
                 "mixed_precision_reduce": "float32",
                 "enable_cpu_offload": plan.off == 3}
     par = {"data_parallel_replicate_degree": plan.dp_replicate if zero == 3 else plan.dp,
-           "data_parallel_shard_degree": plan.dp_shard if zero == 3 else 1,
+           "data_parallel_shard_degree": _tt_shard_degree(plan),
            "fsdp_reshard_after_forward": "never" if hold else "always",
            "tensor_parallel_degree": plan.tp,
            "enable_async_tensor_parallel": bool(plan.tp_overlap and plan.tp > 1),
