@@ -355,21 +355,21 @@ class Enumeration:
     def counts_eval(self, d) -> tuple:
         return tuple(int(g.counts[d]) for g in self.groups)
 
+    def _row_product(self, attr: str) -> np.ndarray:
+        t = np.ones(self.totals.shape[0], dtype=np.int64)
+        for g in self.groups:
+            t = t * getattr(g, attr)
+        return np.where(self.alive, t, 0)
+
     @property
     def totals_eval(self) -> np.ndarray:
         """Plans per row that are evaluated (after early rules; the block slot counted once)."""
-        t = np.ones(self.totals.shape[0], dtype=np.int64)
-        for g in self.groups:
-            t = t * g.counts
-        return np.where(self.alive, t, 0)
+        return self._row_product("counts")
 
     @property
     def totals_kept(self) -> np.ndarray:
         """Plans per row left after early rules (the block slot counted as all its layer counts)."""
-        t = np.ones(self.totals.shape[0], dtype=np.int64)
-        for g in self.groups:
-            t = t * g.full
-        return np.where(self.alive, t, 0)
+        return self._row_product("full")
 
     @property
     def evaluated(self) -> int:
