@@ -32,7 +32,7 @@ _ALIASES = {
     "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
     "order": "rank_order", "reshard": "reshard_after_forward",
     "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap", "tp_async": "tp_async", "dp_bucket_mb": "dp_bucket_mb", "bucket_mb": "dp_bucket_mb",
-    "dp_overlap": "dp_overlap", "bwd_prefetch": "bwd_prefetch", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
+    "dp_overlap": "dp_overlap", "bwd_prefetch": "bwd_prefetch", "fetch_sync": "fetch_sync", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
     "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
 }
 
@@ -65,6 +65,10 @@ class Plan:
     bwd_prefetch: bool = True         # zero=3: backward all-gathers prefetched on their own stream (FSDP
                                       # backward_prefetch, DeepSpeed's trace prefetch); False: issued at
                                       # each layer's pre-backward hook, queued behind the reduce-scatter
+    fetch_sync: bool = False          # zero=3: every parameter fetch synchronizes the device (DeepSpeed
+                                      # ZeRO-3 before v0.4.1: DeepSpeed issue #1069, PR #1170): one gather
+                                      # per weight-bearing sub-module, run under the sub-module before it;
+                                      # each backward reduce-scatter completes before the next starts
     dp_bucket_mb: float = 0.0         # DP collective granularity in MB (DeepSpeed buckets); 0 → FSDP per-layer
                                       # units for ZeRO-3 and 64 MiB gradient buckets otherwise
     layer_split: tuple = ()           # uneven layers per stage (CP-SAT); () → even L/pp

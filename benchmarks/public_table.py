@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoplace.validate import load_records, run  # noqa: E402
-from autoplace.validate.summary import group_summary  # noqa: E402
+from autoplace.validate.targets import public_targets  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "validation" / "public_runs.json"
 SHORT = {"iteration_time_s": "iteration time", "tflops_per_gpu": "TFLOP/s/GPU", "mfu": "MFU",
@@ -47,11 +47,6 @@ def group_row(name: str, g: dict) -> str:
 
 HEAD = ("| {} | records | coverage | throughput coverage | primary metric | mean \\|err\\| | max \\|err\\| | "
         "mean \\|step-time err\\| | max \\|step-time err\\| |\n|---|---:|---:|---:|---|---:|---:|---:|---:|")
-
-
-def stats(vals):
-    vals = [abs(v) for v in vals if v is not None]
-    return (sum(vals) / len(vals), max(vals), len(vals)) if vals else (None, None, 0)
 
 
 def entry(r, metric):
@@ -87,43 +82,32 @@ def main(argv=None) -> int:
         return [r for r in results if r.source == src and re.search(pat, r.table)]
 
     k5 = sel("korthikanti2022", r"Table 5")
-    k_mean, k_max, k_n = stats(e["error_pct"] for r in k5 if (e := entry(r, "iteration_time_s")))
     n12 = sel("narayanan2021", r"Table [12]")
-    n_thr = stats(e["error_pct"] for r in n12 if (e := entry(r, "tflops_per_gpu")))
-    n_time = stats(e["time_error_pct"] for r in n12 if (e := entry(r, "tflops_per_gpu")))
-    fd = [r for r in results if r.source == "llmfoundry"]
-    g_fd = group_summary(fd)
-    ov = summary["overall"]
-    zs = [e for r in results for e in r.entries if "measured_fits" in e]
+    tg = public_targets(results, summary)
     w("#### Targets (issue 3)\n")
     w("| target | goal | now | met |\n|---|---|---|---|")
 
     def ok(cond):
         return "yes" if cond else "no"
 
-    if k_n:
-        w(f"| Korthikanti Table 5 iteration time ({k_n} rows) | mean ≤ 3 %, max ≤ 6 % | mean {pct(k_mean)}, "
-          f"max {pct(k_max)} | {ok(k_mean <= 3 and k_max <= 6)} |")
-    if n_thr[2]:
-        w(f"| Narayanan Tables 1–2 ({n_thr[2]} rows; TFLOP/s · step time) | mean ≤ 8 %, max ≤ 15 % | "
-          f"TFLOP/s mean {pct(n_thr[0])}, max {pct(n_thr[1])}; step time mean {pct(n_time[0])}, "
-          f"max {pct(n_time[1])} | {ok(n_time[0] <= 8 and n_time[1] <= 15)} (step time) |")
-    if fd:
-        w(f"| llm-foundry A100 FSDP ({g_fd['records']} rows) | mean ≤ 12 %, coverage ≥ 95 % | "
-          f"TFLOP/s mean {pct(g_fd['primary']['mean_abs_err_pct'])}, step time mean "
-          f"{pct(g_fd['step_time']['mean_abs_err_pct'])}; coverage {g_fd['coverage']:.0%} | "
-          f"{ok(g_fd['step_time']['mean_abs_err_pct'] <= 12 and g_fd['coverage'] >= 0.95)} (step time) |")
-    w(f"| throughput-record coverage | ≥ 95 % | {cov(ov['throughput_predicted'], ov['throughput_records'])} | "
-      f"{ok(ov['throughput_coverage'] >= 0.95)} |")
-    if zs:
-        fits = sum(bool(e["measured_fits"]) for e in zs)
-        va = stats((e["predicted"] - e["paper_analytic"]) / e["paper_analytic"] * 100
-                   for e in zs if e.get("paper_analytic"))
-        vm = stats(e["error_pct"] for e in zs)
-        w(f"| ZeRO Table 2 max model size ({len(zs)} rows, model states only) | reproduced | measured largest "
-          f"model fits in {fits}/{len(zs)}; vs the paper's analytic maxima mean {pct(va[0])} (max {pct(va[1])}); "
-          f"vs the measured maxima mean {pct(vm[0])} (max {pct(vm[1])}) | "
-          f"{ok(fits == len(zs))} (fit/no-fit) |")
+    if (t := tg.get("korthikanti_t5")):
+        w(f"| Korthikanti Table 5 iteration time ({t['rows']} rows) | mean ≤ 3 %, max ≤ 6 % | mean {pct(t['mean'])}, "
+          f"max {pct(t['max'])} | {ok(t['met'])} |")
+    if (t := tg.get("narayanan_t12")):
+        w(f"| Narayanan Tables 1–2 ({t['rows']} rows; TFLOP/s and step time) | mean ≤ 8 %, max ≤ 15 % | "
+          f"TFLOP/s mean {pct(t['tflops_mean'])}, max {pct(t['tflops_max'])}; step time mean {pct(t['time_mean'])}, "
+          f"max {pct(t['time_max'])} | {ok(t['met'])} (both) |")
+    if (t := tg.get("llmfoundry")):
+        w(f"| llm-foundry A100 FSDP ({t['rows']} rows) | mean ≤ 12 %, coverage ≥ 95 % | "
+          f"TFLOP/s mean {pct(t['tflops_mean'])}, step time mean {pct(t['time_mean'])}; coverage "
+          f"{t['coverage']:.0%} | {ok(t['met'])} (step time) |")
+    if (t := tg.get("throughput_coverage")):
+        w(f"| throughput-record coverage | ≥ 95 % | {cov(t['predicted'], t['records'])} | {ok(t['met'])} |")
+    if (t := tg.get("zero_t2")):
+        w(f"| ZeRO Table 2 max model size ({t['rows']} rows, model states only) | reproduced | measured largest "
+          f"model fits in {t['fits']}/{t['rows']}; vs the paper's analytic maxima mean {pct(t['vs_analytic_mean'])} "
+          f"(max {pct(t['vs_analytic_max'])}); vs the measured maxima mean {pct(t['vs_measured_mean'])} "
+          f"(max {pct(t['vs_measured_max'])}) | {ok(t['met'])} (fit/no-fit) |")
     w("")
 
     # ---- per-record tables -------------------------------------------------------------------

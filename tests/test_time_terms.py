@@ -172,6 +172,51 @@ def test_zero3_without_backward_prefetch_serializes_backward_collectives(hw):
     assert float(ex_cpu) == pytest.approx(ag + ag + rs / L, rel=1e-9)
 
 
+def test_fetch_sync_pairs_each_gather_with_the_sub_module_before_it():
+    u = (3 / 12, 1 / 12, 4 / 12, 4 / 12)              # QKV, proj, FC1, FC2 of a plain GPT layer
+    # forward F = 12, gather A = 12: pairs (QKV→proj 1−3), (proj→FC1 4−1), (FC1→FC2 4−4), (FC2→QKV' 3−4):
+    # only the FC1 gather under the small proj shows, 3 s, although Σ compute = Σ gathers
+    fwd, _ = S.fetch_sync_exposed(12.0, 24.0, 12.0, u, 0.0)
+    assert float(fwd) == pytest.approx(3.0)
+    # gathers twice the compute: every pair exposes A·uᵢ₊₁ − F·uᵢ, summing to A − F
+    fwd, _ = S.fetch_sync_exposed(6.0, 12.0, 12.0, (0.25,) * 4, 0.0)
+    assert float(fwd) == pytest.approx(6.0)
+    # full recompute (B = F + Bw = 12 + 24): the recompute pass repeats the first three pairs (3 s);
+    # the last backward module (QKV, 24·3/12 = 6 s) hides the next layer's first gather (3 s)
+    _, bwd = S.fetch_sync_exposed(12.0, 36.0, 12.0, u, 1.0)
+    assert float(bwd) == pytest.approx(3.0)
+    # no recompute (Bw = 24): backward FC2/FC1/proj/QKV hide FC1/proj/QKV/next FC2:
+    # 4−8, 1−8, 3−2, 4−6 → 1 s
+    _, bwd = S.fetch_sync_exposed(12.0, 24.0, 12.0, u, 0.0)
+    assert float(bwd) == pytest.approx(1.0)
+    # nothing overlaps: every gather exposed
+    fwd, bwd = S.fetch_sync_exposed(12.0, 24.0, 12.0, u, 0.0, overlap=0.0)
+    assert (float(fwd), float(bwd)) == pytest.approx((12.0, 12.0))
+    # Llama-2 7B (h 4096, no GQA, SwiGLU f 11008): 3h², h², 2fh, fh over 4h² + 3fh
+    tot = 4 * 4096 + 3 * 11008
+    assert S.module_units(get_preset("7b")) == pytest.approx((3 * 4096 / tot, 4096 / tot, 2 * 11008 / tot,
+                                                              11008 / tot), rel=1e-12)
+
+
+def test_zero3_fetch_sync_exposes_every_reduce_scatter(hw):
+    ctx = _ddp_ctx()
+    p = Plan(dp=16, zero=3, mbs=1, fetch_sync=True).resolved(16)
+    dense, expert = Mm.stage_param_counts(ctx, p, 0)
+    psi = dense + expert
+    L = ctx.model.layers
+    n_coll = 4 * (L + 1)      # one gather per weight-bearing sub-module
+    ag = N.gather_time(hw, psi * ctx.train.b_P, 16, 1, n_coll)
+    rs = N.gather_time(hw, psi * ctx.train.b_G, 16, 1, n_coll, op="rs")
+    u = S.module_units(ctx.model)
+    t_f, t_b = 1e3, 2e3       # compute far longer than the gathers: only the first gathers of each pass show
+    ex, tot = S._dp_exposed(ctx, hw, p, t_f, t_b, 0)
+    assert float(tot) == pytest.approx(2 * ag + rs, rel=1e-9)
+    assert float(ex) == pytest.approx(2 * ag / (L + 1) * u[0] + rs, rel=1e-9)
+    # the layer-level schedule hides the same reduce-scatter under backward
+    ex_layer, _ = S._dp_exposed(ctx, hw, p.with_(fetch_sync=False), t_f, t_b, 0)
+    assert float(ex_layer) < float(ex) - 0.9 * float(rs)
+
+
 def test_breakdown_sums_to_step_and_overlap_is_reported(hw):
     ctx = _ddp_ctx()
     ev = S.evaluate(ctx, hw, Plan(dp=16, zero=3, mbs=1))

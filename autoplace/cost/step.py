@@ -9,8 +9,8 @@ to unequal stages): with v chunks per device and t_i = t_f,i + t_b,i,
 which is (m + p − 1)·t for equal stages, bubble (p − 1)/(v·m + p − 1) of the total (§3.4, T12).
 DP reductions overlap the backward they follow, layer by layer (`hidden_tail`: exposed =
 max(c − window·(1 − 1/L), c/L)); FSDP all-gathers are prefetched under compute (backward gathers
-only with `bwd_prefetch`); ZeRO-2/3 traffic repeats per
-micro-batch unless K1 applies. Then optimizer (memory-bound Adam, or CPU Adam under offload),
+only with `bwd_prefetch`; with `fetch_sync` one sub-module ahead and the reduce-scatters exposed,
+`fetch_sync_exposed`); ZeRO-2/3 traffic repeats per micro-batch unless K1 applies. Then optimizer (memory-bound Adam, or CPU Adam under offload),
 host-link offload traffic and a fixed per-step overhead.
 
 `evaluate` returns every term; the breakdown terms sum to `step_s`.
@@ -156,6 +156,38 @@ def hidden_tail(c, window, L):
     return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L), c)
 
 
+def module_units(m):
+    """Parameter shares of a layer's weight-bearing sub-modules in execution order: QKV, attention
+    output, FC1 (gate + up when gated), FC2. DeepSpeed ZeRO-3 gathers each of them separately."""
+    h = m.hidden
+    f = m.ffn_hidden if m.ffn_hidden else m.f_expert * max(m.num_experts, 1)
+    u = np.array([h * (m.q_width + 2 * m.kv_width), m.q_width * h, (2 if m.gated_mlp else 1) * f * h, f * h],
+                 dtype=float)
+    return tuple(u / u.sum())
+
+
+def fetch_sync_exposed(F, B, A, u, full, overlap=1.0):
+    """Exposed all-gather time per layer when every fetch synchronizes the device (`fetch_sync`).
+
+    Each sub-module's gather runs only under the sub-module before it (prefetch one ahead, then a
+    device-wide synchronize at the next fetch), so with per-layer forward F, backward B (recompute
+    included), gather A and sub-module shares u₀..u₃ the forward exposes Σᵢ max(0, A·uᵢ₊₁ − F·uᵢ).
+    Under full recompute the backward re-runs the forward (the same pairs, except that the last
+    recomputed module has no gather behind it) and its own modules need no gather until the first
+    backward module, which hides the next layer's first gather; without recompute each backward
+    module hides the gather of the module before it. `full` is the recomputed share of layers.
+    Returns (forward, backward) exposed seconds per layer. DeepSpeed issue #1069, PR #1170."""
+    u0, u1, u2, u3 = u
+    r = lambda x: np.maximum(x, 0.0)  # noqa: E731
+    F, A = _w(F) * overlap, _w(A)
+    Bw = r(_w(B) - _w(full) * _w(F)) * overlap
+    rc_pairs = r(A * u1 - F * u0) + r(A * u2 - F * u1) + r(A * u3 - F * u2)
+    fwd = rc_pairs + r(A * u0 - F * u3)
+    b_full = rc_pairs + r(A * u0 - Bw * u0)
+    b_none = r(A * u2 - Bw * u3) + r(A * u1 - Bw * u2) + r(A * u0 - Bw * u1) + r(A * u3 - Bw * u0)
+    return fwd, _w(full) * b_full + (1.0 - _w(full)) * b_none
+
+
 def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     """Exposed DP-family communication time per step for stage i (and the total, for reporting)."""
     t = ctx.train
@@ -209,6 +241,21 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
         np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li), agP + rsG + inter)
     ex3 = m * (hidden_tail(agP, win_f_ag, Li) + bwd3)
     tot3 = m * (2 * agP + rsG + inter)
+    # fetch_sync (DeepSpeed ZeRO-3 before v0.4.1): four gathers and reduce-scatters per layer, gathers
+    # one sub-module ahead (`fetch_sync_exposed`), every reduce-scatter exposed
+    fsync = _w(getattr(p, "fetch_sync", False)) > 0
+    if np.any(fsync):
+        agS = N.gather_time(hw, psi * bP, nd, s_shard, 4.0 * Lc)
+        rsS = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, 4.0 * Lc, op="rs")
+        rc = _w(p.rc)
+        full = np.where(rc == 2, 1.0, np.where(rc == 3, np.minimum(_w(p.recompute_layers), Li) / Li, 0.0))
+        co = np.where(ov, 0.0 if sync_dev else hw.comm_overlap, 0.0)
+        Al = agS / Lc
+        u = module_units(ctx.model)
+        fe, be = fetch_sync_exposed(t_f / Li, t_b / Li, Al, u, full, co)
+        exS = m * (Li * (fe + be) + 2.0 * Al * u[0] + rsS + inter)   # + each pass's first gather
+        ex3 = np.where(fsync, exS, ex3)
+        tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
     exh = m * (hidden_tail(agP, win_f_ag, Li) + hidden_tail(rsG + inter, win_b, Li))
     toth = m * (agP + rsG + inter)
     # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last backward

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplace.errors import IllegalPlanError, InputError
-from autoplace.export.common import LAUNCHERS, ExportJob, as_job
+from autoplace.export.common import LAUNCHERS, ExportJob, as_job, common_notes
 
 MANIFEST = "export_manifest.json"
 
@@ -99,7 +99,7 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
             res.refused[name] = reasons
             continue
         pending[name] = mod.emit(job)
-        nts = mod.notes(job)
+        nts = mod.notes(job) + common_notes(job)
         if nts:
             res.notes[name] = nts
     for name, files in pending.items():
