@@ -248,6 +248,16 @@ def test_megatron_moe_uneven_split_and_offload():
     assert a2["--pipeline-model-parallel-layout"] == "Et*6|t*10|t*9|t*7L"
 
 
+def test_megatron_interleaved_uneven_split_is_a_layout_over_virtual_stages():
+    m, t = get_preset("llama3-8b"), TrainingSpec(seq_len=8192, global_batch=256)
+    job = job_of(m, t, "tp=2,pp=4,vpp=2,zero=1,sp=1,mbs=1,layer_split=7:9:9:7", 32)
+    a = rb.parse_flags(megatron.emit(job)["megatron_args.txt"])
+    # stage r's layers cut into 2 chunks (larger first); chunk c of rank r is virtual stage c·4 + r
+    assert a["--pipeline-model-parallel-layout"] == "Et*4|t*5|t*5|t*4|t*3|t*4|t*4|t*3L"
+    assert "--num-layers-per-virtual-pipeline-stage" not in a
+    assert "--decoder-first-pipeline-num-layers" not in a
+
+
 @pytest.mark.parametrize("launcher,plan,needle", [
     ("megatron", "tp=8,pp=2,zero=3,mbs=1", "ZeRO-3 with pp=2"),
     ("megatron", "tp=8,pp=2,zero=2,mbs=1", "ZeRO-2 with pp=2"),

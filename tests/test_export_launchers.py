@@ -40,7 +40,7 @@ import test_export as base  # noqa: E402
 from launchers import readback as rb  # noqa: E402
 
 from autoplace.export import accelerate, deepspeed, megatron, torchtitan  # noqa: E402
-from autoplace.export.common import ExportJob  # noqa: E402
+from autoplace.export.common import ExportJob, virtual_chunks  # noqa: E402
 from autoplace.specs.presets import get_preset  # noqa: E402
 from autoplace.specs.training import TrainingSpec  # noqa: E402
 
@@ -260,6 +260,7 @@ def _check_megatron(job: ExportJob):
     ("llama3-8b", (8192, 256), "tp=2,zero=3,recompute=full,mbs=1,dp_replicate=4", 64),
     ("mixtral-8x7b", (4096, 256), "tp=2,ep=4,pp=4,sp=1,zero=1,offload=optimizer,phi=0.5,layer_split=6:10:9:7,mbs=1", 64),
     ("gpt-1.7b", (2048, 512), "tp=4,cp=2,zero=2,sp=1,mbs=2,dp_bucket_mb=100", 32),
+    ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=1,sp=1,mbs=1,layer_split=7:9:9:7", 32),
 ])
 def test_megatron_core_accepts_examples(model, train, plan, world):
     m = get_preset(model)
@@ -355,7 +356,7 @@ def _check_torchtitan(job: ExportJob, tmp: Path):
             parts = generate_llm_fqn_per_model_part(stages, L, first, last)
         assert len(parts) == plan.pp * plan.v
         per = [sum(x.startswith("layers.") for x in part) for part in parts]
-        want = list(plan.layer_split) if plan.layer_split else [L // (plan.pp * plan.v)] * (plan.pp * plan.v)
+        want = virtual_chunks(plan.layer_split, plan.v) if plan.layer_split else [L // (plan.pp * plan.v)] * (plan.pp * plan.v)
         assert per == want
         if plan.v > 1:                                   # torch's Interleaved1F1B rounds
             m = n_mb
@@ -402,6 +403,7 @@ def _check_flavor(job, tmp):
     ("7b", (4096, 64), "zero=0,mbs=1", 8),
     ("mixtral-8x7b", (4096, 256), "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1", 32),
     ("llama-tiny", (256, 64), "pp=2,zero=3,layer_split=1:3,mbs=1", 8),
+    ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),
 ])
 def test_torchtitan_loads_examples(tmp_path, model, train, plan, world):
     m = get_preset(model)

@@ -130,6 +130,18 @@ def test_p5_with_32_layers_even_split_is_d3():
     assert ids(ctx, Plan(pp=5, layer_split=(7, 7, 6, 6, 6)).resolved(40)) == []
 
 
+def test_interleaved_with_an_uneven_split_needs_vpp_layers_per_stage():
+    ctx = ctx_for("7b", 5, seq_len=4096, global_batch=40)     # 32 layers, m = 40 on 1 DP rank
+    even = Plan(pp=5, vpp=2, schedule="interleaved", layer_split=(7, 7, 6, 6, 6)).resolved(5)
+    assert ids(ctx, even) == []                           # chunks 4+3, 3+3 …: uneven chunks are fine
+    thin = Plan(pp=5, vpp=4, schedule="interleaved", layer_split=(3, 8, 8, 8, 5)).resolved(5)
+    d3 = [v for v in check(ctx, thin) if v.rule == "D3"]
+    assert d3 and "at least vpp=4 layers" in d3[0].message   # stage 0 has 3 layers for 4 chunks
+    # without a split the even rule stands: L/pp = 8 layers, 8 % 3 ≠ 0
+    ctx4 = ctx_for("7b", 4, seq_len=4096, global_batch=40)
+    assert ids(ctx4, Plan(pp=4, vpp=3, schedule="interleaved").resolved(4)) == ["D3"]
+
+
 def test_interleaved_p8_m12():
     model = get_preset("gpt-175b")
     ctx = ctx_for(model, 8, global_batch=12)

@@ -170,8 +170,8 @@ def test_schedule_and_overlap_mapping():
     p = map_shaped(rec).plan
     assert (p.schedule, p.vpp, p.pp) == ("interleaved", 2, 2)
     rec["plan"]["vpp"] = None
-    mp = map_shaped(rec)
-    assert mp.plan.schedule == "1f1b" and any("vpp not stated" in a for a in mp.assumptions)
+    mp = map_shaped(rec)          # interleaved stated, vpp not: the least interleaving
+    assert (mp.plan.schedule, mp.plan.vpp) == ("interleaved", 2) and any("vpp not stated" in a for a in mp.assumptions)
     assert map_shaped(gpt_record(notes="no overlap of gradient all-reduce with backprop")).plan.dp_overlap is False
     assert map_shaped(gpt_record()).plan.dp_overlap is True
     local = "DDP impl: torch for <=18B, Megatron 'local' for larger."
@@ -200,6 +200,49 @@ def test_silent_recompute_takes_the_least_that_fits():
     res = evaluate_record(rec)
     assert res.skipped is None
     assert any("recompute not stated" in a for a in res.mapping["assumptions"])
+
+
+def _flash_record(mbs):
+    rec = gpt_record(**{"plan.recompute": None, "model.layers": 8, "model.hidden": 4096, "model.heads": 32,
+                        "model.kv_heads": 32, "model.ffn_hidden": 16384, "model.seq_len": 4096,
+                        "plan.micro_batch": mbs, "plan.global_batch": 4 * mbs, "plan.grad_accum": 2,
+                        "plan.precision": "bf16"})
+    rec["source"]["citation"] = "Test et al. 2024, 'A Megatron-Core run'"     # flash attention era
+    return rec
+
+
+def test_silent_recompute_bisects_to_the_fewest_recomputed_layers():
+    from autoplace.validate.compare import _map_with_recompute
+    mp, est = _map_with_recompute(_flash_record(24))
+    assert mp.plan.recompute == "block" and est["memory"]["fits"]
+    k = mp.plan.recompute_layers
+    assert 1 <= k < 8
+    fewer = mp.plan.with_(recompute="block", recompute_layers=k - 1) if k > 1 else mp.plan.with_(recompute="none")
+    assert not estimate(mp.model, mp.hw, mp.train, fewer, mp.world)["memory"]["fits"]
+    assert any(f"whole-layer recompute of {k} layer(s)" in a for a in mp.assumptions)
+    # HFU under block recompute counts the recomputed share of layers (6N convention ×4/3 on that share)
+    rec = _flash_record(24)
+    rec["measured"] = {"hfu": 0.5, "hfu_definition": FOUNDRY_DEF}
+    by = {e["metric"]: e for e in evaluate_record(rec).entries}
+    from autoplace.validate.compare import _shape
+    sh = _shape(mp, rec)
+    frac = k / 8
+    B = mp.train.global_batch
+    flops = frac * F.six_n_hfu(sh, B, "full") + (1 - frac) * F.six_n_hfu(sh, B, "none")
+    assert by["hfu"]["predicted"] == pytest.approx(flops / est["time"]["step_s"] / 4 / 312e12, rel=1e-4)
+
+
+def test_interleaved_without_vpp_is_the_least_interleaving_and_ambiguity_is_1f1b():
+    from autoplace.validate.mapping import map_shaped
+    base = {"plan.pp": 2, "plan.tp": 1, "plan.dp": 2, "plan.vpp": None, "plan.global_batch": 32}
+    mp = map_shaped(gpt_record(**base, **{"plan.pp_schedule": "interleaved 1F1B"}))
+    assert (mp.plan.schedule, mp.plan.vpp) == ("interleaved", 2)
+    assert any("vpp=2 (the least interleaving)" in a for a in mp.assumptions)
+    mp = map_shaped(gpt_record(**base, **{"plan.pp_schedule": "1F1B or interleaved (not stated)"}))
+    assert (mp.plan.schedule, mp.plan.vpp) == ("1f1b", 1)
+    # 4 layers on 2 stages cannot hold vpp=4 chunks of whole layers → 1F1B
+    mp = map_shaped(gpt_record(**{**base, "plan.pp_schedule": "interleaved", "plan.vpp": 4}))
+    assert (mp.plan.schedule, mp.plan.vpp) == ("1f1b", 1)
 
 
 # ---- FLOP conventions (validation README §4) --------------------------------------------------

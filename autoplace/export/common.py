@@ -158,6 +158,15 @@ def recompute_per_stage(job: ExportJob) -> tuple[str, int | None] | str:
     return "block", k
 
 
+def virtual_chunks(split, v: int) -> list[int]:
+    """Layers of each of the pp·v model chunks in virtual-stage order (chunk c of rank r is stage
+    c·pp + r — Megatron's layout order and torchtitan's "loop" stage assignment): every stage's layers
+    cut into v near-equal chunks, the larger first."""
+    split = [int(x) for x in split]
+    per = [[n // v + (1 if c < n % v else 0) for c in range(v)] for n in split]
+    return [per[r][c] for c in range(v) for r in range(len(split))]
+
+
 def common_refusals(job: ExportJob) -> list[str]:
     """Reasons that hold for every launcher."""
     plan = job.plan

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
                                      header_lines, join_flags, partial_job, recompute_per_stage,
-                                     zero_level)
+                                     virtual_chunks, zero_level)
 
 NAME = "megatron"
 FILES = ("megatron_args.txt", "megatron_env.sh", "megatron_launch.sh")
@@ -53,9 +53,6 @@ def _reasons(job: ExportJob) -> list[str]:
                    "after forward (no SHARD_GRAD_OP-style hold)")
     if plan.pp > 1 and plan.schedule == "gpipe":
         out.append("schedule=gpipe: Megatron runs 1F1B or interleaved 1F1B only")
-    if plan.v > 1 and plan.layer_split:
-        out.append("an uneven layer_split with the interleaved schedule: give per-chunk layer counts "
-                   "(Megatron needs --pipeline-model-parallel-layout over pp·vpp chunks)")
     if plan.tp_overlap and not (plan.sp and plan.tp > 1):
         out.append("tp_overlap needs sequence parallelism (--tp-comm-overlap asserts --sequence-parallel)")
     if plan.ep > 1 and plan.tp > 1 and not plan.sp:
@@ -109,7 +106,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         if plan.layer_split:
             f += _uneven_split_flags(job)
         if plan.v > 1:
-            f.append(("--num-layers-per-virtual-pipeline-stage", m.layers // plan.pp // plan.v))
+            if not plan.layer_split:     # with a split the layout sets the virtual stages
+                f.append(("--num-layers-per-virtual-pipeline-stage", m.layers // plan.pp // plan.v))
             if plan.G != plan.pp:
                 f.append(("--microbatch-group-size-per-virtual-pipeline-stage", plan.G))
     if plan.sp and plan.tp > 1:
@@ -217,15 +215,16 @@ def moe_layer_pattern(m) -> list[int]:
 
 def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:
     split = [int(x) for x in job.plan.layer_split]
-    pp = len(split)
     first, last, mid = split[0], split[-1], split[1:-1]
-    if not mid or len(set(mid)) == 1:
+    v = job.plan.v
+    if v == 1 and (not mid or len(set(mid)) == 1):
         return [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
-    # explicit layout: E = embedding, t = transformer layer, L = loss; stages separated by '|'
-    stages = [f"t*{n}" if n > 1 else "t" for n in split]
+    # explicit layout over the pp·v (virtual) stages in layer order: E = embedding, t = transformer
+    # layer, L = loss; stages separated by '|'
+    chunks = virtual_chunks(split, v)
+    stages = [f"t*{n}" if n > 1 else "t" for n in chunks]
     stages[0] = "E" + stages[0]
     stages[-1] = stages[-1] + "L"
-    assert len(stages) == pp
     return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 

@@ -30,7 +30,8 @@ pipeline stage split, seq_len divisor) are pre-checked here:
 from __future__ import annotations
 
 from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
-                                     header_lines, partial_job, recompute_per_stage, zero_level)
+                                     header_lines, partial_job, recompute_per_stage, virtual_chunks,
+                                     zero_level)
 
 NAME = "torchtitan"
 FILES = ("torchtitan_job.toml", "torchtitan_overrides.txt", "torchtitan_launch.sh",
@@ -110,9 +111,6 @@ def _reasons(job: ExportJob) -> list[str]:
         if plan.cp > 1 and train.seq_len % div:
             out.append(f"seq_len={train.seq_len} is not divisible by tp·2·cp = {div} (torchtitan's seq_len divisor)")
     if plan.pp > 1:
-        if plan.layer_split and plan.v > 1:
-            out.append("an uneven layer_split with the interleaved schedule: torchtitan needs per-chunk "
-                       "module lists (module_fqns_per_model_part over pp·vpp chunks)")
         if not plan.layer_split and model.layers % (plan.pp * plan.v):
             out.append(f"layers={model.layers} not divisible by pp·vpp = {plan.pp * plan.v}")
         m = job.micro_batches
@@ -229,7 +227,7 @@ def job_config(job: ExportJob) -> dict:
         par["pipeline_parallel_schedule"] = _SCHEDULES[plan.schedule]
         par["pipeline_parallel_microbatch_size"] = plan.mbs
         if plan.layer_split:
-            par["module_fqns_per_model_part"] = _fqns(m.layers, [int(x) for x in plan.layer_split])
+            par["module_fqns_per_model_part"] = _fqns(m.layers, virtual_chunks(plan.layer_split, plan.v))
         else:
             par["pipeline_parallel_layers_per_stage"] = m.layers // (plan.pp * plan.v)
             par["pipeline_parallel_first_stage_less_layers"] = 0

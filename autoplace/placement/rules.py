@@ -102,6 +102,16 @@ def _layers_ok(ctx, p):
     return _a(L % _a(p.pp) == 0)
 
 
+def _chunks_bad(ctx, p):
+    """Interleaving needs whole layers in every virtual chunk: L/pp divisible by vpp for an even
+    split; with an explicit layer_split (chunks then need not be equal, Megatron's
+    --pipeline-model-parallel-layout) every stage holds at least vpp layers."""
+    split = getattr(p, "layer_split", ())
+    if split:
+        return _a(min(split) < _a(p.vpp))
+    return _a((ctx.model.layers // _a(p.pp)) % _a(p.vpp) != 0)
+
+
 def _stage_recompute_bad(ctx, p) -> bool:
     srec = getattr(p, "stage_recompute", ())
     if not srec or np.ndim(p.tp):
@@ -164,7 +174,7 @@ RULES: list[Rule] = [
          lambda c, p: (~_a(_layers_ok(c, p)) if c.shaped else _false(p))
          | (_a(p.vpp) > 1) & (_a(p.sched) != 1)
          | ((_a(p.sched) == 1) & ((_a(p.pp) == 1) | (_a(p.vpp) < 2)
-                                  | (((c.model.layers // _a(p.pp)) % _a(p.vpp) != 0) if c.shaped else _false(p))
+                                  | (_chunks_bad(c, p) if c.shaped else _false(p))
                                   | (_m(c, p) < _a(p.pp))
                                   | (_a(p.G) < _a(p.pp)) | (_a(p.G) > _m(c, p))
                                   | ((_m(c, p) % _a(p.G) != 0) & (_m(c, p) % _a(p.G) < _a(p.pp))))),
@@ -254,7 +264,10 @@ def _d3_message(c, p) -> str:
     if p.sched == 1:
         if p.pp == 1 or p.vpp < 2:
             return "interleaved schedule needs pp > 1 and vpp ≥ 2"
-        if c.shaped and (L // p.pp) % p.vpp:
+        if c.shaped and p.layer_split and min(p.layer_split) < p.vpp:
+            return (f"layer_split {list(p.layer_split)}: every stage needs at least vpp={p.vpp} layers "
+                    "(one per virtual chunk)")
+        if c.shaped and not p.layer_split and (L // p.pp) % p.vpp:
             return f"layers per stage {L // p.pp} % vpp={p.vpp} ≠ 0"
         if m < p.pp:
             return f"interleaved needs micro-batches m={m:g} ≥ pp={p.pp}"

@@ -126,18 +126,39 @@ def _shape(mp: Mapped, rec: dict) -> F.Shape:
 
 
 def _map_with_recompute(rec: dict) -> tuple[Mapped, dict]:
-    """Map and estimate; a record silent on recompute gets the least recompute (none, then full)
-    with which its plan fits the device — the run evidently fitted."""
+    """Map and estimate; a record silent on recompute gets the least recompute with which its plan
+    fits the device — the run evidently fitted: none, then selective, then whole-layer recompute of
+    the fewest layers per stage (Megatron's block method), then full."""
     stated = parse_recompute((rec.get("plan") or {}).get("recompute"))
     if stated is not None:
         mp = map_shaped(rec)
         return mp, estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
+
+    def fits(est):
+        return est["legal"] and est["memory"]["fits"]
+
     last = None
-    for mode in ("none", "full"):
-        mp = map_shaped(rec, recompute_override=mode)
+    for mode in ("none", "selective", "block", "full"):
+        mp = map_shaped(rec, recompute_override=mode if mode != "block" else "full")
+        if mode == "block":
+            # memory falls as k grows: bisect for the fewest recomputed layers per stage that fit
+            def block(k):
+                plan = mp.plan.with_(recompute="block", recompute_layers=k)
+                return plan, estimate(mp.model, mp.hw, mp.train, plan, mp.world, headroom=0.0)
+            lo, hi = 1, max(mp.plan.layer_split or (mp.model.layers // max(mp.plan.pp, 1),)) - 1
+            if hi < 1 or not fits(block(hi)[1]):
+                continue
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fits(block(mid)[1]) else (mid + 1, hi)
+            mp.plan, est = block(lo)
+            mp.recompute = "block"
+            mp.assumptions.append(f"recompute not stated → whole-layer recompute of {lo} layer(s) per stage "
+                                  "(least recompute with which the plan fits)")
+            return mp, est
         est = estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
         last = (mp, est)
-        if est["legal"] and est["memory"]["fits"]:
+        if fits(est):
             mp.assumptions.append(f"recompute not stated → '{mode}' (least recompute with which the plan fits)")
             return mp, est
     mp, est = last
@@ -216,6 +237,11 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
                 mflops = tm["tflops_per_gpu"] * 1e12 * W * step
                 flops = mflops * (tm["hfu"] / tm["mfu"] if base == "hfu" and tm["mfu"] else 1.0)
                 conv_name = "autoplace (definition not recognised)"
+            elif mp.recompute == "block" and conv.takes_recompute:
+                # some layers recomputed in full: the hardware count between none and full, by layer share
+                frac = min(mp.plan.recompute_layers * mp.plan.pp / max(mp.model.layers, 1), 1.0)
+                flops = frac * conv.flops(sh, B, "full") + (1 - frac) * conv.flops(sh, B, "none")
+                conv_name = conv.name
             else:
                 flops = conv.flops(sh, B, mp.recompute)
                 conv_name = conv.name

@@ -516,8 +516,13 @@ def _schedule(rec: dict, pp: int, assumptions: list) -> tuple[str, int]:
         return "gpipe", 1
     if vpp and vpp > 1:
         return "interleaved", vpp
-    if "interleav" in text:
-        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' with vpp not stated → 1F1B")
+    if "interleav" in text and re.search(r"\bor\b|not stated|unknown|unclear|\?", text):
+        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' is ambiguous → 1F1B")
+    elif "interleav" in text:
+        # interleaving means at least two chunks per stage; take the least (the largest bubble)
+        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' with vpp not stated → interleaved, "
+                           "vpp=2 (the least interleaving)")
+        return "interleaved", 2
     elif not text:
         assumptions.append("pp_schedule null → 1F1B")
     return "1f1b", 1
@@ -554,14 +559,18 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     sp = bool(plan.get("sequence_parallel"))
     pp = kw["pp"]
     if pp > 1 and model.layers % (pp * vpp):
-        if vpp > 1:
-            assumptions.append(f"layers={model.layers} not divisible by pp·vpp = {pp * vpp} → 1F1B")
-            sched, vpp = "1f1b", 1
+        split = None
         if model.layers % pp:
             from autoplace.plan import lighter_ends_split
-            kw["layer_split"] = lighter_ends_split(model.layers, pp)
+            split = lighter_ends_split(model.layers, pp)
+        if vpp > 1 and (split is None or min(split) < vpp):
+            assumptions.append(f"layers={model.layers} not divisible by pp·vpp = {pp * vpp} → 1F1B")
+            sched, vpp = "1f1b", 1
+        if split is not None:
+            kw["layer_split"] = split
             assumptions.append(f"layers={model.layers} not divisible by pp={pp} → layer_split "
-                               f"{list(kw['layer_split'])} (first/last stages lighter)")
+                               f"{list(split)} (first/last stages lighter"
+                               + (f"; uneven virtual chunks, vpp={vpp})" if vpp > 1 else ")"))
     try:
         p = Plan(sp=sp, recompute=rc or "none", mbs=mbs, schedule=sched, vpp=vpp, **kw)
     except (AutoplaceError, ValueError, TypeError) as e:
