@@ -62,6 +62,7 @@ class Mapped:
         return {"framework": self.framework, "hardware": self.hw.name, "gpus": self.world,
                 "model": self.model.name, "params": self.model.total_params(),
                 "plan": self.plan.short() + ("" if self.plan.dp_overlap else ",dp_overlap=0")
+                + (",fetch_sync" if self.plan.fetch_sync and self.plan.zero == 3 else "")
                 + (f",schedule={self.plan.schedule}" if self.plan.pp > 1 else ""),
                 "training": {"precision": self.train.precision, "regime": self.train.regime,
                              "attention": self.train.attention, "dropout": self.train.dropout,
