@@ -193,6 +193,25 @@ def test_precision_and_recompute_parsers():
     assert parse_recompute("full (every layer; --checkpoint-activations)") == "full"
     assert parse_recompute("selective (attention core: QK^T, softmax, dropout, attn*V)") == "selective"
     assert parse_recompute("none") == "none" and parse_recompute(None) is None
+    assert parse_precision("torch.bfloat16")[0] == "bf16" and parse_precision("float16 AMP")[0] == "fp16"
+    from autoplace.validate.mapping import parse_zero
+    assert [parse_zero(x) for x in ("none", "DDP", "FULL_SHARD", "SHARD_GRAD_OP", "ZeRO-1 (distributed optimizer)",
+                                    2, "stage 3?")] == [0, 0, 3, 2, 1, 2, None]
+
+
+def test_fsdp_strategy_words_schedules_and_micro_batch_checks():
+    # HYBRID_SHARD: shard inside a node (8 GPUs, tp=1), replicate across nodes
+    rec = gpt_record(**{"hardware.gpus_total": 32, "plan.dp": 32, "plan.tp": 1, "plan.zero_stage": "HYBRID_SHARD",
+                        "plan.global_batch": 256})
+    mp = map_shaped(rec)
+    assert (mp.plan.zero, mp.plan.dp, mp.plan.dp_replicate, mp.plan.dp_shard) == (3, 32, 4, 8)
+    sgo = map_shaped(gpt_record(**{"plan.zero_stage": "FSDP SHARD_GRAD_OP"}))
+    assert (sgo.plan.zero, sgo.plan.reshard_after_forward) == (3, False)
+    zb = map_shaped(gpt_record(**{"plan.pp": 2, "plan.tp": 1, "plan.pp_schedule": "ZB-V zero bubble"}))
+    assert zb.plan.schedule == "1f1b" and any("not modelled" in a for a in zb.assumptions)
+    for bad in (0, 1.5, "two"):
+        res = evaluate_record(gpt_record(**{"plan.micro_batch": bad}))
+        assert res.skipped == f"plan.micro_batch '{bad}' is not a positive integer"
 
 
 def test_silent_recompute_takes_the_least_that_fits():

@@ -107,7 +107,8 @@ def record_text(rec: dict) -> str:
     plan = rec.get("plan") or {}
     return _text(rec.get("id"), rec.get("source") or {}, rec.get("notes"),
                  (rec.get("model") or {}).get("arch_notes"), (rec.get("model") or {}).get("name"),
-                 plan.get("precision"), plan.get("recompute"), plan.get("pp_schedule")).lower()
+                 plan.get("precision"), plan.get("recompute"), plan.get("pp_schedule"),
+                 plan.get("zero_stage") if isinstance(plan.get("zero_stage"), str) else None).lower()
 
 
 def citation_year(rec: dict) -> int | None:
@@ -151,6 +152,12 @@ def parse_zero(x) -> int | None:
     if isinstance(x, (int, float)) and int(x) in (0, 1, 2, 3):
         return int(x)
     s = str(x).lower().replace(" ", "")
+    if s in ("none", "no", "off", "disabled", "ddp", "false"):
+        return 0
+    if "full_shard" in s or "hybrid_shard" in s:      # FSDP sharding strategies
+        return 3
+    if "shard_grad_op" in s:
+        return 2
     if "pos+g+p" in s:
         return 3
     if "pos+g" in s:
@@ -170,10 +177,11 @@ def parse_precision(text) -> tuple[str, str]:
         raise Skip(f"unsupported precision '{text}'")
     if "fp8" in s:
         return "fp8", "fp8"
+    s = s.replace("bfloat16", "bf16").replace("float16", "fp16")
     hits = [(s.find(k), k) for k in ("bf16", "fp16") if k in s]
     if hits:
         return min(hits)[1], min(hits)[1]
-    if "16-bit" in s or "16 bit" in s or "half" in s:
+    if "16-bit" in s or "16 bit" in s or "half" in s or re.search(r"\bamp\b", s):
         return "fp16", "precision '16-bit' → fp16 (same tensor-core peak as bf16 on every profile)"
     if "fp32" in s or "float32" in s or "tf32" in s:
         return "fp32", "fp32"
@@ -486,13 +494,21 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
     zero_raw = parse_zero(plan.get("zero_stage"))
     if plan.get("zero_stage") is not None and zero_raw is None:
         raise Skip(f"plan.zero_stage '{plan.get('zero_stage')}' not understood")
-    fsdp = plan.get("fsdp") is True
+    zs = str(plan.get("zero_stage") or "").lower()
+    fsdp = plan.get("fsdp") is True or any(k in zs for k in ("fsdp", "full_shard", "shard_grad_op", "hybrid_shard"))
     zero, reshard, note = _sharding(rec, zero_raw, fsdp)
     if note:
         assumptions.append(note)
     kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, reshard_after_forward=reshard,
               offload=_offload(rec, assumptions),
               dp_overlap=_dp_overlap(rec, params_b, assumptions))
+    gpn = as_int((rec.get("hardware") or {}).get("gpus_per_node"))
+    shard = gpn // (tp * cp) if gpn and gpn % (tp * cp) == 0 else 0
+    if fsdp and zero == 3 and "hybrid_shard" in record_text(rec) and shard and dp > shard and dp % shard == 0:
+        # torch HYBRID_SHARD: shard inside a node, replicate across nodes
+        kw["dp_replicate"] = dp // shard
+        assumptions.append(f"FSDP HYBRID_SHARD → shard over one node ({shard} data-parallel ranks), "
+                           f"dp_replicate={dp // shard}")
     y = citation_year(rec)
     if tp > 1 and y is not None and y <= 2021 and framework(rec, zero)[0] == "megatron":
         # Megatron-LM's asynchronous TP all-reduce in backward arrived after the SC21 experiments
@@ -517,6 +533,10 @@ def _schedule(rec: dict, pp: int, assumptions: list) -> tuple[str, int]:
         return "gpipe", 1
     if vpp and vpp > 1:
         return "interleaved", vpp
+    if text and re.search(r"zero.?bubble|dualpipe|zb-?[hv]|\bzbv?\b", text):
+        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' is not modelled → 1F1B (its bubble is an "
+                           "upper bound)")
+        return "1f1b", 1
     if "interleav" in text and re.search(r"\bor\b|not stated|unknown|unclear|\?", text):
         assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' is ambiguous → 1F1B")
     elif "interleav" in text:
@@ -543,8 +563,10 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     if fw_note:
         assumptions.append(fw_note)
     mbs = as_int(plan.get("micro_batch"))
-    if mbs is None:
+    if plan.get("micro_batch") is None:
         raise Skip("plan.micro_batch not stated")
+    if mbs is None or mbs < 1:
+        raise Skip(f"plan.micro_batch '{plan.get('micro_batch')}' is not a positive integer")
     gb, gb_note = parse_global_batch(plan.get("global_batch"), seq)
     if gb_note:
         assumptions.append(gb_note)
