@@ -110,6 +110,18 @@ def main(argv=None) -> int:
           f"(max {pct(t['vs_measured_max'])}) | {ok(t['met'])} (fit/no-fit) |")
     w("")
 
+    # ---- llm-foundry error against predicted memory utilization ---------------------------------
+    fd = [r for r in results if r.source == "llmfoundry" and not r.skipped and r.primary()]
+    if fd:
+        w("#### llm-foundry: error against predicted peak memory / usable memory\n")
+        w("| predicted utilization | rows | mean error (signed) | mean \\|error\\| |\n|---|---:|---:|---:|")
+        for lo, hi in ((0.0, 0.8), (0.8, 0.9), (0.9, 1.0), (1.0, 9.0)):
+            e = [r.primary()["error_pct"] for r in fd if lo <= r.mapping["memory_utilization"] < hi]
+            if e:
+                label = f"≥ {lo:.1f}" if hi > 2 else f"{lo:.1f}–{hi:.1f}"
+                w(f"| {label} | {len(e)} | {pct(sum(e) / len(e), True)} | {pct(sum(map(abs, e)) / len(e))} |")
+        w("")
+
     # ---- per-record tables -------------------------------------------------------------------
     if k5:
         w("#### Korthikanti et al. 2022, Table 5 (iteration time, MFU)\n")

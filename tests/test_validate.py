@@ -527,6 +527,11 @@ def test_public_set_meets_the_issue_targets():
     by = {r.id: r for r in results}
     assert "fetch_sync=True" in " ".join(by["narayanan2021-t2-zero3-530B-1120gpu"].mapping["assumptions"])
     assert not any("fetch_sync" in a for a in by["narayanan2021-t2-ptdp-530B-1120gpu"].mapping["assumptions"])
+    from autoplace.cost.memory import memory_limit
+    from autoplace.specs.hardware import load_hardware
+    m = by["narayanan2021-t2-ptdp-530B-1120gpu"].mapping        # peak / usable memory, reported per record
+    limit = float(memory_limit(load_hardware("a100-80gb"), 0.0))
+    assert m["memory_utilization"] == pytest.approx(m["peak_memory_gib"] * 2**30 / limit, rel=1e-3)
 
 
 def test_unseen_source_llama_gqa_on_h100():

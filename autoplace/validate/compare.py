@@ -191,6 +191,7 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
     W = mp.world
     res.mapping.update({"step_s": _round(step), "breakdown_s": {k: _round(v) for k, v in tm["breakdown_s"].items()},
                         "peak_memory_gib": _round(est["memory"]["peak_bytes"] / GIB),
+                        "memory_utilization": _round(est["memory"]["peak_bytes"] / est["memory"]["limit_bytes"], 4),
                         "fits": bool(est["memory"]["fits"])})
     measured = rec.get("measured") or {}
     sh = _shape(mp, rec)
