@@ -68,7 +68,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
             "mfu": _f(ev["mfu"]), "hfu": _f(ev["hfu"]),
             "tflops_per_gpu": _f(ev["tflops_per_gpu"]),
             "breakdown_s": {k: _f(ev[k]) for k in BREAKDOWN},
-            "overlapped_s": {"dp_comm": _f(ev["dp_comm_overlapped"])},
+            "overlapped_s": {"dp_comm": _f(ev["dp_comm_overlapped"]), "tp_comm": _f(ev["tp_comm_overlapped"]),
+                             "cp_comm": _f(ev["cp_comm_overlapped"])},
             "bubble_fraction": _f(ev["bubble_fraction"]),
             "micro_batches": _f(ev["micro_batches"]),
         }

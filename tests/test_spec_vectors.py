@@ -359,7 +359,7 @@ def _bubble(monkeypatch, p, m, v):
     def equal_stages(ctx, hw, plan):
         one = {"f": np.float64(0.25), "b": np.float64(0.75), "compute": np.float64(1.0),
                "recompute": np.float64(0.0), "tp": np.float64(0.0), "cp": np.float64(0.0),
-               "ep": np.float64(0.0)}
+               "ep": np.float64(0.0), "tp_total": np.float64(0.0), "cp_total": np.float64(0.0)}
         return {"first": dict(one), "middle": dict(one), "last": dict(one)}, None, None
 
     monkeypatch.setattr(S, "stage_times", equal_stages)

@@ -293,3 +293,23 @@ def test_context_parallel_ring_hides_under_attention(hw):
     assert float(sts["first"]["cp"]) == pytest.approx(L * (exposed_f + exposed_b), rel=1e-9)
     fast, _, _ = S.stage_times(ctx, hw.with_(intra_bw=1000 * GB), p)
     assert float(fast["first"]["cp"]) == 0.0           # at 1 TB/s it hides completely
+
+
+def test_overlapped_tp_and_cp_are_reported_and_complete_the_issued_time(hw):
+    ctx = _ddp_ctx(16)
+    L = ctx.model.layers
+    # TP: issued time is the same with and without overlap; overlap moves it from tp_comm to overlapped
+    base = Plan(tp=8, dp=2, sp=True, mbs=1, tp_async=False).resolved(16)
+    plain = S.evaluate(ctx, hw, base)
+    ovl = S.evaluate(ctx, hw, base.with_(tp_overlap=True))
+    assert float(plain["tp_comm_overlapped"]) == 0.0
+    assert float(ovl["tp_comm_overlapped"]) > 0.0
+    assert float(ovl["tp_comm"] + ovl["tp_comm_overlapped"]) == pytest.approx(float(plain["tp_comm"]), rel=1e-9)
+    # CP: the whole K/V ring (forward once, backward twice) is hidden under attention at 1 TB/s
+    p = Plan(cp=2, dp=8, mbs=1).resolved(16)
+    fast = hw.with_(intra_bw=1000 * GB)
+    *_, cp_f1, cp_b1, _e1, _e2, _o = S._per_layer_comm(ctx, fast, p)
+    ev = S.evaluate(ctx, fast, p)
+    m = float(ev["micro_batches"])
+    assert float(ev["cp_comm"]) == 0.0
+    assert float(ev["cp_comm_overlapped"]) == pytest.approx(m * L * float(cp_f1 + cp_b1), rel=1e-9)

@@ -118,11 +118,15 @@ def stage_times(ctx, hw, p):
         cpc = Li * (cp_f + cp_b) + n_rc_full * cp_f
         epc = Li * (ep_f + ep_b) + n_rc_full * ep_f
         rcc = n_rc_full * rc_full + n_rc_sel * rc_sel
+        # before overlap: the TP and CP collectives as issued (reported as overlapped = total − exposed)
+        tpt = Li * (tp_f + tp_b) + n_rc_full * tp_rc
+        cpt = (Li + n_rc_full) * cp_f1 + Li * cp_b1 + (Li * 2 + n_rc_full) * np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
         if first:
             f = f + ht["emb_f"] + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
             b = b + ht["emb_b"]
             comp = comp + ht["emb_f"] + ht["emb_b"]
             tpc = tpc + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
+            tpt = tpt + np.where(_w(p.tp) > 1, 2.0 * unit, 0.0)
         is_last = (_w(p.pp) == 1) if first else last
         head_f = ht["logits_f"] + np.where(_w(p.tp) > 1, np.where(sp, 1.0, 0.0) * unit + ce / 2, 0.0)
         head_b = ht["logits_b"] + np.where(_w(p.tp) > 1, 2.0 * unit + ce / 2, 0.0)
@@ -130,7 +134,9 @@ def stage_times(ctx, hw, p):
         b = b + np.where(is_last, head_b, 0.0)
         comp = comp + np.where(is_last, ht["logits_f"] + ht["logits_b"], 0.0)
         tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
-        return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc}
+        tpt = tpt + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
+        return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc,
+                "tp_total": tpt, "cp_total": cpt}
 
     out = {"first": one(True, False, 0), "last": one(False, True, -1 if not split else len(split) - 1)}
     pp_s = int(np.max(_w(p.pp)))
@@ -343,6 +349,8 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
         "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
         "ep_comm": ep_comm, "optimizer": optimizer, "offload": offload, "overhead": overhead,
         "dp_comm_total": dp_total, "dp_comm_overlapped": np.maximum(dp_total - dp_exposed, 0.0),
+        "tp_comm_overlapped": np.maximum(mb * bind["tp_total"] - tp_comm, 0.0),
+        "cp_comm_overlapped": np.maximum(mb * bind["cp_total"] - cp_comm, 0.0),
         "tokens_per_s_per_gpu": t.tokens_per_step / step / W,
         "tflops_per_gpu": mflops / step / W / 1e12,
         "mfu": mflops / step / W / peak, "hfu": hflops / step / W / peak,
