@@ -66,7 +66,7 @@ class Plan:
                                       # backward_prefetch, DeepSpeed's trace prefetch); False: issued at
                                       # each layer's pre-backward hook, queued behind the reduce-scatter
     fetch_sync: bool = False          # zero=3: every parameter fetch synchronizes the device (DeepSpeed
-                                      # ZeRO-3 before v0.4.1: DeepSpeed issue #1069, PR #1170): one gather
+                                      # ZeRO-3 of 2021, before the coordinator rework of PR #1453; issue #1069): one gather
                                       # per weight-bearing sub-module, run under the sub-module before it;
                                       # each backward reduce-scatter completes before the next starts
     dp_bucket_mb: float = 0.0         # DP collective granularity in MB (DeepSpeed buckets); 0 → FSDP per-layer

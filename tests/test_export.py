@@ -634,7 +634,7 @@ def test_export_all_writes_refuses_and_cleans_stale_files(tmp_path):
 def test_fetch_sync_plans_export_with_a_note_on_every_launcher(tmp_path):
     res = export_all(doc_of(M13, T13, "zero=3,recompute=full,mbs=2,fetch_sync=1", 64), "all", tmp_path)
     assert set(res.written) == set(LAUNCHERS)
-    assert all(any("fetch_sync=True models DeepSpeed ZeRO-3 before v0.4.1" in n for n in res.notes[k])
+    assert all(any("fetch_sync=True models DeepSpeed ZeRO-3 as released in 2021" in n for n in res.notes[k])
                for k in LAUNCHERS)
     plain = export_all(doc_of(M13, T13, "zero=3,recompute=full,mbs=2", 64), "all", tmp_path / "p")
     assert not any("fetch_sync" in n for ns in plain.notes.values() for n in ns)

@@ -182,7 +182,7 @@ def fetch_sync_exposed(F, B, A, u, full, overlap=1.0):
     recomputed module has no gather behind it) and its own modules need no gather until the first
     backward module, which hides the next layer's first gather; without recompute each backward
     module hides the gather of the module before it. `full` is the recomputed share of layers.
-    Returns (forward, backward) exposed seconds per layer. DeepSpeed issue #1069, PR #1170."""
+    Returns (forward, backward) exposed seconds per layer. DeepSpeed issue #1069; the fetch was reworked in PR #1453."""
     u0, u1, u2, u3 = u
     r = lambda x: np.maximum(x, 0.0)  # noqa: E731
     F, A = _w(F) * overlap, _w(A)
@@ -241,13 +241,13 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
     # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
     # previous layer's RS, and its backward waits for both: backward collectives do not overlap
-    # (torch PR #70235; DeepSpeed PR #1170 — the 2021 behaviour of FSDP and DeepSpeed ZeRO-3)
+    # (torch PR #70235: FSDP1 backward_prefetch=None, `NO_PREFETCH`)
     pf_b = _w(getattr(p, "bwd_prefetch", True)) > 0
     bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_b, Li), agP + rsG + inter) if sync_dev else \
         np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li), agP + rsG + inter)
     ex3 = m * (hidden_tail(agP, win_f_ag, Li) + bwd3)
     tot3 = m * (2 * agP + rsG + inter)
-    # fetch_sync (DeepSpeed ZeRO-3 before v0.4.1): four gathers and reduce-scatters per layer, gathers
+    # fetch_sync (DeepSpeed ZeRO-3 as released in 2021): four gathers and reduce-scatters per layer, gathers
     # one sub-module ahead (`fetch_sync_exposed`), every reduce-scatter exposed
     fsync = _w(getattr(p, "fetch_sync", False)) > 0
     if np.any(fsync):

@@ -184,8 +184,8 @@ def common_refusals(job: ExportJob) -> list[str]:
 def common_notes(job: ExportJob) -> list[str]:
     """Notes that hold for every launcher."""
     if getattr(job.plan, "fetch_sync", False) and job.plan.zero == 3:
-        return ["fetch_sync=True models DeepSpeed ZeRO-3 before v0.4.1 (a device synchronize at every "
-                "parameter fetch); no current launcher runs that schedule, so the exported job should be "
+        return ["fetch_sync=True models DeepSpeed ZeRO-3 as released in 2021 (a device synchronize at "
+                "every parameter fetch); no current launcher runs that schedule, so the exported job should be "
                 "faster than this plan's estimate"]
     return []
 

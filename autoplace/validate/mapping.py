@@ -515,7 +515,7 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
         kw["tp_async"] = False
         assumptions.append(f"Megatron-LM run from {y}: backward TP all-reduce not yet asynchronous → tp_async=False")
     if zero == 3 and y is not None and y <= 2021 and framework(rec, zero)[0] == "deepspeed":
-        # DeepSpeed ZeRO-3 before its mid-2021 fixes (issue #1069, PR #1170): each parameter fetch ends in
+        # DeepSpeed ZeRO-3 as released in 2021 (issue #1069; reworked in PR #1453): each parameter fetch ends in
         # a device-wide synchronize, so gathers run one sub-module ahead and reduce-scatters are exposed
         kw["fetch_sync"] = True
         assumptions.append(f"DeepSpeed ZeRO-3 run from {y}: every parameter fetch synchronizes the device "
