@@ -87,26 +87,45 @@ def test_rank_order_decides_which_link_an_axis_uses(hw):
 # ---- compute ----------------------------------------------------------------------------------
 def test_gemm_roofline_with_wave_quantization(hw):
     b = 2
-    # 4096³: 32·32 = 1024 tiles = 8 full waves of 128 SMs → 2·4096³ / 100 TFLOP/s
-    assert K.gemm_time(hw, 4096, 4096, 4096, b, 100e12) == pytest.approx(2 * 4096 ** 3 / 100e12, rel=1e-12)
+    # the math efficiency is set so that the 8192³ reference GEMM runs at gemm_efficiency (= 1 here):
+    # 2·8192³/100 TFLOP/s = 2·8192³/(100 TFLOP/s·η) + 3·8192²·2 B / 1 TB/s
+    t_ref, t_mem = 2 * 8192 ** 3 / 100e12, 3 * 8192 ** 2 * 2 / 1e12
+    eta = K.gemm_math_efficiency(hw, 100e12, b)
+    assert eta == pytest.approx(t_ref / (t_ref - t_mem), rel=1e-12)            # 1.0380
+    assert K.gemm_time(hw, 8192, 8192, 8192, b, 100e12) == pytest.approx(t_ref, rel=1e-12)
+    # 4096³: 32·32 = 1024 tiles = 8 full waves of 128 SMs; math plus the un-hidden operand traffic
+    mem = 3 * 4096 ** 2 * b / 1e12
+    assert K.gemm_time(hw, 4096, 4096, 4096, b, 100e12) == pytest.approx(2 * 4096 ** 3 / (100e12 * eta) + mem,
+                                                                        rel=1e-12)
     # one more row: 33·32 = 1056 tiles → 9 waves of 128 tiles of 128² outputs
     t = K.gemm_time(hw, 4097, 4096, 4096, b, 100e12)
-    assert t == pytest.approx(2 * 9 * 128 * 128 * 128 * 4096 / 100e12, rel=1e-12)
-    # a skinny GEMM pads M = 8 to one 128-row tile: 64 tiles, one (partial) wave
+    mem1 = (4097 * 4096 + 4096 * 4096 + 4097 * 4096) * b / 1e12
+    assert t == pytest.approx(2 * 9 * 128 * 128 * 128 * 4096 / (100e12 * eta) + mem1, rel=1e-12)
+    # a skinny GEMM pads M = 8 to one 128-row tile (64 tiles, one partial wave) and its weight read
+    # (K·N·2 B) dominates: intensity ≈ M, far below the ridge
     M, N_, Kd = 8, 8192, 8192
-    assert K.gemm_time(hw, M, N_, Kd, b, 100e12) == pytest.approx(2 * 128 * 128 * 128 * Kd / 100e12, rel=1e-12)
-    # … and is memory-bound on 100 GB/s: (M·K + K·N + M·N)·2 B of traffic
-    slow = hw.with_(hbm_bw=100 * GB)
-    assert K.gemm_time(slow, M, N_, Kd, b, 100e12) == pytest.approx((M * Kd + Kd * N_ + M * N_) * 2 / 100e9,
-                                                                   rel=1e-12)
+    skinny = (M * Kd + Kd * N_ + M * N_) * b / 1e12
+    assert K.gemm_time(hw, M, N_, Kd, b, 100e12) == pytest.approx(
+        2 * 128 * 128 * 128 * Kd / (100e12 * eta) + skinny, rel=1e-12)
+
+
+def test_batched_gemm_fills_waves_across_the_batch(hw):
+    # P·V of 384 heads (s = 2048, d_head = 96): 16 row tiles each → 6,144 tiles = 48 waves, not 384
+    eta = K.gemm_math_efficiency(hw, 100e12, 2)
+    one = 2 * 128 * 128 * 128 * 2048 / (100e12 * eta)           # one full wave over K = 2048
+    mem = 384 * (2048 * 2048 + 2048 * 96 + 2048 * 96) * 2 / 1e12
+    assert K.gemm_time(hw, 2048, 96, 2048, 2, 100e12, batch=384) == pytest.approx(48 * one + mem, rel=1e-12)
+    assert 384 * (K.gemm_time(hw, 2048, 96, 2048, 2, 100e12) - mem / 384) == pytest.approx(384 * one, rel=1e-12)
 
 
 def test_gemm_k_overhead_slows_small_k(hw):
-    # K₀ = 64: a K = 768 GEMM runs at 768/832 of the rate; K = 8192 at 8192/8256
+    # K₀ = 64: the math of a K = 768 GEMM runs at 768/832 of the rate; K = 8192 at 8192/8256 (the
+    # operand traffic is the same)
     h = hw.with_(gemm_k_overhead=64.0)
     for K_ in (768, 8192):
-        assert K.gemm_time(h, 4096, 4096, K_, 2, 100e12) == pytest.approx(
-            K.gemm_time(hw, 4096, 4096, K_, 2, 100e12) * (K_ + 64) / K_, rel=1e-12)
+        mem = (4096 * K_ + K_ * 4096 + 4096 * 4096) * 2 / 1e12
+        assert K.gemm_time(h, 4096, 4096, K_, 2, 100e12) - mem == pytest.approx(
+            (K.gemm_time(hw, 4096, 4096, K_, 2, 100e12) - mem) * (K_ + 64) / K_, rel=1e-12)
 
 
 def test_gemm_backward_is_dgrad_plus_wgrad(hw):

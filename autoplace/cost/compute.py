@@ -5,12 +5,16 @@ P·V: 4·s_q·s_kv·q_width per micro-batch forward, halved for causal FlashAtte
 skip masked blocks (eager/fused-softmax kernels compute the full square; Korthikanti 2022 counts the
 full square too). Recompute: full = one more forward; selective = the attention core forward again.
 
-Time per GEMM is a roofline with tile quantization and a launch overhead:
-  t = max(2·⌈M⌉·⌈N⌉·(K + K₀) / (peak·η_gemm), (MK + KN + MN)·b / (B_hbm·η_hbm)) + t_kernel
-where ⌈x⌉ rounds up to the profile's GEMM tile (and the tiles to whole waves over the SMs) and K₀
-(`gemm_k_overhead`) is each output tile's pipeline fill and epilogue in K-loop elements — small
-per-rank GEMMs under large TP, small micro-batches or small hidden sizes are slower (Narayanan et
-al. 2021 §5). Memory-bound kernels (norms, residual/dropout,
+Time per GEMM is an additive roofline with tile quantization and a launch overhead:
+  t = 2·⌈M⌉·⌈N⌉·(K + K₀) / (peak·η_math) + (MK + KN + MN)·b / (B_hbm·η_hbm) + t_kernel
+where ⌈x⌉ rounds up to the profile's GEMM tile (and the tiles to whole waves over the SMs; a batched
+GEMM fills its waves across the batch) and K₀ (`gemm_k_overhead`) is each output tile's pipeline fill
+and epilogue in K-loop elements. The operand and result traffic is not hidden under the math, so a
+GEMM's efficiency falls as its arithmetic intensity nears the machine's ridge point (Williams et al.
+2009 roofline; the additive form of Calculon and of the "no-overlap" bound); η_math is set so that an
+n³ GEMM, n = MAMF_REF_N, runs at the profile's `gemm_efficiency` (the best measured matmul, MAMF).
+Small per-rank GEMMs under large TP, small micro-batches or small hidden sizes are slower (Narayanan
+et al. 2021 §5), and the attention-core batched GEMMs (intensity ≈ d_head) are near memory-bound. Memory-bound kernels (norms, residual/dropout,
 activation functions, softmax, rotary, optimizer, cross-entropy) take bytes/(B_hbm·η_hbm) + t_kernel.
 """
 
@@ -25,16 +29,29 @@ def _ceil_to(x, q):
     return np.ceil(_w(x) / q) * q
 
 
-def gemm_time(hw, M, N, K, dtype_bytes, peak):
-    """Roofline time of one (M×K)·(K×N) GEMM on one device, with tile and wave quantization:
-    output tiles = ⌈M/q⌉·⌈N/q⌉ run in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs."""
+MAMF_REF_N = 8192      # the best-matmul reference: an n³ GEMM (the middle of MAMF's 0–16384 sweep)
+
+
+def gemm_math_efficiency(hw, peak, dtype_bytes):
+    """η_math such that the additive roofline gives an n³ GEMM (n = MAMF_REF_N) the profile's
+    `gemm_efficiency`: 2n³/(peak·η) = 2n³/(peak·η_math) + 3n²·b/(B_hbm·η_hbm)."""
+    n = float(MAMF_REF_N)
+    t_ref = 2.0 * n ** 3 / (peak * hw.gemm_efficiency)
+    t_mem = 3.0 * n * n * dtype_bytes / (hw.hbm_bw * hw.hbm_efficiency)
+    return hw.gemm_efficiency * t_ref / max(t_ref - t_mem, 0.5 * t_ref)
+
+
+def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0):
+    """Additive-roofline time of one (M×K)·(K×N) GEMM — or of one batched GEMM of `batch` such
+    products — on one device, with tile and wave quantization: output tiles = batch·⌈M/q⌉·⌈N/q⌉ run
+    in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs."""
     q = hw.gemm_tile
-    tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
+    tiles = _w(batch) * np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
     waves = np.ceil(tiles / hw.sm_count)
     flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + hw.gemm_k_overhead)
-    bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
-    return np.maximum(flops / (peak * hw.gemm_efficiency), bytes_ / (hw.hbm_bw * hw.hbm_efficiency)) \
-        + hw.kernel_overhead_s
+    bytes_ = _w(batch) * (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
+    return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes)) \
+        + bytes_ / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s
 
 
 def gemm_fwd_bwd(hw, M, N, K, b, peak):
@@ -120,12 +137,12 @@ def layer_compute_times(ctx, hw, p):
         attn_elem_f = _w(0.0)
         attn_elem_b = _w(0.0)
     else:
-        # batched GEMMs of (s × d_h × s) per head, roofline; then the s² elementwise kernels
+        # two batched GEMMs (QKᵀ, P·V) of (s × d_h × s) over mbs·heads; then the s² elementwise kernels
         B = _w(p.mbs) * heads_loc
         Sq = t.seq_len / cp                                       # query rows per sequence
-        qk = gemm_time(hw, Sq, t.seq_len, m.d_head, bA, peak16)
-        pv = gemm_time(hw, Sq, m.d_head, t.seq_len, bA, peak16)
-        attn_f = B * (qk - hw.kernel_overhead_s + pv - hw.kernel_overhead_s) + 2 * hw.kernel_overhead_s
+        qk = gemm_time(hw, Sq, t.seq_len, m.d_head, bA, peak16, batch=B)      # one bmm over mbs·heads
+        pv = gemm_time(hw, Sq, m.d_head, t.seq_len, bA, peak16, batch=B)
+        attn_f = qk + pv
         attn_b = 2.0 * attn_f
         drop = 1.0 if t.dropout else 0.0
         sq = _w(p.mbs) * heads_loc * (t.seq_len / cp) * t.seq_len   # score elements per rank

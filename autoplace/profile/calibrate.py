@@ -6,8 +6,8 @@
 | field                               | fitted from                                                     |
 |-------------------------------------|-----------------------------------------------------------------|
 | peak_tflops.{fp32,bf16,fp16}        | the best GEMM throughput measured per dtype                     |
-| gemm_efficiency, kernel_overhead_us,| one weighted non-negative least-squares fit (relative error) of |
-| hbm_bw_gbps (hbm_efficiency = 1)    | GEMMs t = 2MNK/(peak·η) + t_k and memory-bound kernels          |
+| gemm_efficiency, kernel_overhead_us,| the memory-bound kernels t = bytes/B + t_k, then the GEMMs on   |
+| hbm_bw_gbps (hbm_efficiency = 1)    | the additive roofline t = 2MNK/(peak·η_math) + bytes/B + t_k    |
 |                                     | t = bytes/B + t_k (the cost model's roofline, same t_k)         |
 | attention_efficiency                | causal SDPA fwd+bwd: t = 3.5·F_causal/(peak·η_attn) + 3·t_k     |
 | intra_bw_gbps, intra_latency_us     | NNLS fit of AR t = 2(n−1)/n·S/B + 2(n−1)·α and AG/RS             |
@@ -59,8 +59,8 @@ def fit_compute(raw: dict) -> dict:
     kernel overhead t_k: median time of the smallest memory-bound kernels net of their bytes
     (launch/dispatch);
     memory bandwidth: the streaming rate of the largest arrays (beyond the caches — what the
-    optimizer step and large activations see); GEMM efficiency: median over shapes of
-    2MNK/(t − t_k) relative to the best measured rate (the peak)."""
+    optimizer step and large activations see); GEMM math efficiency: median over shapes of
+    2MNK/(t − t_k − bytes/B) relative to the best measured rate (the peak)."""
     comp = raw["compute"]
     peak = {}
     for dt in ("fp32", "bf16", "fp16"):
@@ -76,11 +76,22 @@ def fit_compute(raw: dict) -> dict:
         small = [max(m["s"] - m["bytes"] / bw, 0.0) for m in mem if m["elements"] in sizes[:2]]
         t_k = float(np.median(small)) if small else 5e-6
     gemms = [g for g in comp["gemm"] if g["dtype"] == "fp32" and g["s"] > 0]
-    rates = [2.0 * g["m"] * g["n"] * g["k"] / max(g["s"] - t_k, 1e-12) for g in gemms]
-    gemm_eff = float(min(np.median(rates) / peak["fp32"], 1.0)) if rates else 0.8
+    # the cost model's additive roofline (autoplace.cost.compute.gemm_time): t = 2MNK/(peak·η_math)
+    # + (MK + KN + MN)·b/B + t_k; η_math from the median shape, then the profile's gemm_efficiency is
+    # the rate that η_math gives the MAMF_REF_N³ reference GEMM (the inverse of gemm_math_efficiency)
+    from autoplace.cost.compute import MAMF_REF_N
+
+    def _bytes(g):
+        return (g["m"] * g["k"] + g["k"] * g["n"] + g["m"] * g["n"]) * 4.0
+    rates = [2.0 * g["m"] * g["n"] * g["k"] / max(g["s"] - t_k - _bytes(g) / bw, 1e-12) for g in gemms]
+    eta_math = float(np.median(rates) / peak["fp32"]) if rates else 0.8
+    n = float(MAMF_REF_N)
+    c = 3.0 * n * n * 4.0 / bw * peak["fp32"] / (2.0 * n ** 3)
+    gemm_eff = float(min(eta_math / (1.0 + eta_math * c), 1.0)) if rates else 0.8
     # residuals of the roofline with these parameters
-    pk = peak["fp32"] * gemm_eff
-    g_err = _rel_errors([2.0 * g["m"] * g["n"] * g["k"] / pk + t_k for g in gemms], [g["s"] for g in gemms])
+    pk = peak["fp32"] * eta_math
+    g_err = _rel_errors([2.0 * g["m"] * g["n"] * g["k"] / pk + _bytes(g) / bw + t_k for g in gemms],
+                        [g["s"] for g in gemms])
     m_err = _rel_errors([m["bytes"] / bw + t_k for m in mem], [m["s"] for m in mem])
     # attention: t = 3.5·F/(peak·η_a) + 3·t_k (flash fwd + 2.5× bwd, as autoplace.cost.compute)
     etas = []
