@@ -46,10 +46,12 @@ def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0):
     products — on one device, with tile and wave quantization: output tiles = batch·⌈M/q⌉·⌈N/q⌉ run
     in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs."""
     q = hw.gemm_tile
-    tiles = _w(batch) * np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
+    tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
+    bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
+    if not (np.isscalar(batch) and batch == 1):
+        tiles, bytes_ = tiles * _w(batch), bytes_ * _w(batch)
     waves = np.ceil(tiles / hw.sm_count)
     flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + hw.gemm_k_overhead)
-    bytes_ = _w(batch) * (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
     return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes)) \
         + bytes_ / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s
 
