@@ -93,6 +93,8 @@ def test_gemm_roofline_with_wave_quantization(hw):
     eta = K.gemm_math_efficiency(hw, 100e12, b)
     assert eta == pytest.approx(t_ref / (t_ref - t_mem), rel=1e-12)            # 1.0380
     assert K.gemm_time(hw, 8192, 8192, 8192, b, 100e12) == pytest.approx(t_ref, rel=1e-12)
+    # calibration's inverse gives back the profile's gemm_efficiency
+    assert K.gemm_efficiency_for(eta, 100e12, 1e12, b) == pytest.approx(hw.gemm_efficiency, rel=1e-12)
     # 4096³: 32·32 = 1024 tiles = 8 full waves of 128 SMs; math plus the un-hidden operand traffic
     mem = 3 * 4096 ** 2 * b / 1e12
     assert K.gemm_time(hw, 4096, 4096, 4096, b, 100e12) == pytest.approx(2 * 4096 ** 3 / (100e12 * eta) + mem,

@@ -41,6 +41,14 @@ def gemm_math_efficiency(hw, peak, dtype_bytes):
     return hw.gemm_efficiency * t_ref / max(t_ref - t_mem, 0.5 * t_ref)
 
 
+def gemm_efficiency_for(eta_math, peak, hbm_bw, dtype_bytes):
+    """The inverse of `gemm_math_efficiency` (calibration): the `gemm_efficiency` a profile must
+    state so that its math efficiency is `eta_math`; hbm_bw is the achieved bandwidth B_hbm·η_hbm."""
+    n = float(MAMF_REF_N)
+    c = 3.0 * n * n * dtype_bytes / hbm_bw * peak / (2.0 * n ** 3)    # t_mem·peak / (2n³)
+    return eta_math / (1.0 + eta_math * c)
+
+
 def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0):
     """Additive-roofline time of one (M×K)·(K×N) GEMM — or of one batched GEMM of `batch` such
     products — on one device, with tile and wave quantization: output tiles = batch·⌈M/q⌉·⌈N/q⌉ run

@@ -79,15 +79,13 @@ def fit_compute(raw: dict) -> dict:
     # the cost model's additive roofline (autoplace.cost.compute.gemm_time): t = 2MNK/(peak·η_math)
     # + (MK + KN + MN)·b/B + t_k; η_math from the median shape, then the profile's gemm_efficiency is
     # the rate that η_math gives the MAMF_REF_N³ reference GEMM (the inverse of gemm_math_efficiency)
-    from autoplace.cost.compute import MAMF_REF_N
+    from autoplace.cost.compute import gemm_efficiency_for
 
     def _bytes(g):
         return (g["m"] * g["k"] + g["k"] * g["n"] + g["m"] * g["n"]) * 4.0
     rates = [2.0 * g["m"] * g["n"] * g["k"] / max(g["s"] - t_k - _bytes(g) / bw, 1e-12) for g in gemms]
     eta_math = float(np.median(rates) / peak["fp32"]) if rates else 0.8
-    n = float(MAMF_REF_N)
-    c = 3.0 * n * n * 4.0 / bw * peak["fp32"] / (2.0 * n ** 3)
-    gemm_eff = float(min(eta_math / (1.0 + eta_math * c), 1.0)) if rates else 0.8
+    gemm_eff = float(min(gemm_efficiency_for(eta_math, peak["fp32"], bw, 4.0), 1.0)) if rates else 0.8
     # residuals of the roofline with these parameters
     pk = peak["fp32"] * eta_math
     g_err = _rel_errors([2.0 * g["m"] * g["n"] * g["k"] / pk + _bytes(g) / bw + t_k for g in gemms],
