@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             if nnodes > 1 and not fit:
                 return
         if fit:
-            from autoplace.errors import read_json
+            from autoplace.io import read_json
             prof = C.write_profile(read_json(fit, "--fit", "pass the RAW.json a calibration run wrote"), out, name)
         else:
             prof = C.calibrate(backend, nproc, out, quick=quick, name=name, raw_out=raw, timeout_s=timeout,

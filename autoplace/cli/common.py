@@ -6,12 +6,12 @@ import functools
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import typer
 
 from autoplace.errors import AutoplaceError, InputError
+from autoplace.io import atomic_write, to_jsonable  # noqa: F401  (re-exported for the commands)
 
 
 def cli_errors(fn):
@@ -63,37 +63,6 @@ def check_gpus(gpus: int) -> int:
     if gpus is None or gpus < 1:
         raise InputError(f"--gpus must be a positive integer, got {gpus}")
     return gpus
-
-
-def atomic_write(path: str | Path, text: str) -> Path:
-    """Write via a temp file in the same folder + os.replace, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def to_jsonable(obj):
-    import numpy as np
-    if isinstance(obj, dict):
-        return {k: to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**53:
-        return obj
-    return obj
 
 
 def print_json(doc) -> None:

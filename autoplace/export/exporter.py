@@ -83,7 +83,7 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
     export wrote for them are removed so the folder never mixes two plans. An illegal plan raises
     IllegalPlanError before anything is written. A manifest (`export_manifest.json`) records the
     outcome."""
-    from autoplace.cli.common import atomic_write
+    from autoplace.io import atomic_write
     job = as_job(doc)
     names = resolve_launchers(launchers)
     check_legal(job)
@@ -143,6 +143,6 @@ def emit_for_search(doc, out_dir, launchers=("all",)) -> ExportResult:
     pf = write_plan_file(out / "plan.json", doc)
     res = export_all(doc, names, out)
     res.plan_file = str(pf)
-    from autoplace.cli.common import atomic_write
+    from autoplace.io import atomic_write
     atomic_write(out / MANIFEST, json.dumps(res.to_dict(), indent=2) + "\n").chmod(0o644)
     return res

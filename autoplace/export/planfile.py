@@ -31,7 +31,8 @@ import json
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
-from autoplace.errors import InputError, read_json
+from autoplace.errors import InputError
+from autoplace.io import read_json
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -46,7 +47,7 @@ _PLAN_ENUMS = {
 def plan_document(model, hw, train, plan, world: int, predicted: dict | None = None) -> dict:
     """The plan file as a dict (JSON-ready)."""
     from autoplace import __version__
-    from autoplace.cli.common import to_jsonable
+    from autoplace.io import to_jsonable
     world = int(world)
     plan = plan.resolved(world)
     gpn = int(getattr(hw, "gpus_per_node", 0) or 0)
@@ -78,7 +79,7 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
 
 def write_plan_file(path, doc: dict) -> Path:
     """Write the document atomically (temp file + rename); returns the path."""
-    from autoplace.cli.common import atomic_write, to_jsonable
+    from autoplace.io import atomic_write, to_jsonable
     p = Path(path)
     if p.is_dir():
         raise InputError(f"plan file '{p}' is a directory; give a file name such as {p / 'plan.json'}")

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autoplace.io import atomic_write, to_jsonable
+
 
 # ---- fitting ------------------------------------------------------------------------------------
 def _nnls(A, y, w):
@@ -381,32 +383,18 @@ def profile_toml(prof: dict, raw: dict) -> str:
         "calibration": {"method": "autoplace calibrate (NNLS, relative error)", "date": date,
                         "world": int(raw.get("world", 1)), "nnodes": int(nodes),
                         "quick": bool(raw.get("quick", False)),
-                        "fit": _clean(fit)},
-        "software": _clean(sw),
-        "raw": _clean({"device": raw["device"], "contention": raw.get("contention", {}),
+                        "fit": to_jsonable(fit, toml=True)},
+        "software": to_jsonable(sw, toml=True),
+        "raw": to_jsonable({"device": raw["device"], "contention": raw.get("contention", {}),
                        "gemm": raw["compute"]["gemm"], "membound": raw["compute"]["membound"],
                        "attention": raw["compute"]["attention"], "adam": raw["compute"]["adam"],
                        "host_copy": raw["compute"]["host_copy"], "launch": raw["compute"]["launch"],
-                       "collectives": raw["comm"]["collectives"], "p2p": raw["comm"]["p2p"]}),
+                       "collectives": raw["comm"]["collectives"], "p2p": raw["comm"]["p2p"]}, toml=True),
     }
     return "\n".join(lines) + "\n" + tomli_w.dumps(extra)
 
 
-def _clean(o):
-    """TOML has no null/NaN/inf: drop None, write NaN/inf as strings."""
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items() if v is not None}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o if v is not None]
-    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
-        return str(o)
-    if isinstance(o, (np.generic,)):
-        return o.item()
-    return o
-
-
 def write_profile(raw: dict, out: str | Path, name: str | None = None) -> dict:
-    from autoplace.cli.common import atomic_write
     prof = fit_profile(raw, name)
     atomic_write(out, profile_toml(prof, raw))
     return prof
@@ -437,7 +425,6 @@ def calibrate(backend: str, nproc: int, out: str | Path, quick: bool = False, na
               raw_out: str | Path | None = None, timeout_s: float = 1800.0, probes: bool = True) -> dict:
     """Benchmark on this node with torchrun, fit, refine with probe runs (unless probes=False),
     write the profile TOML; returns the fitted fields."""
-    from autoplace.cli.common import atomic_write
     work = Path(tempfile.mkdtemp(prefix="autoplace-calib-"))
     raw_path = Path(raw_out) if raw_out else work / "raw.json"
     raw = run_benchmarks(backend, nproc, raw_path, quick=quick, timeout_s=timeout_s)

@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from autoplace.errors import InputError, read_json
+from autoplace.errors import InputError
+from autoplace.io import read_json
 from autoplace.specs.model import ModelSpec
 
 _SPEC_FIELDS = {f.name for f in fields(ModelSpec)}

@@ -12,7 +12,8 @@ conventions), .compare (per record type) and .summary.
 
 from __future__ import annotations
 
-from autoplace.errors import InputError, read_json
+from autoplace.errors import InputError
+from autoplace.io import read_json
 from autoplace.validate.compare import Result, evaluate_record, source_definitions
 from autoplace.validate.summary import summarize
 
