@@ -44,6 +44,10 @@ class TrainingSpec:
     grad_reduce_bytes: int | None = None  # FSDP reduce dtype width (None → b_G); FSDP2+PP accumulates here
     ce_fusion: bool = False             # fused cross-entropy (2 instead of 3 small TP all-reduces)
     states_only: bool = False           # memory = P+G+O only, comm = DP family only (ZeRO accounting)
+    fp8_recipe: str = ""                # low-precision recipe when precision is fp8 (autoplace.runtimes.recipes);
+                                        # "" → the runtime's first recipe the hardware runs
+    runtime: object = None              # RuntimeSpec of the stack that runs the job (None → the default,
+                                        # Megatron-Core + TE); its kernels and memory behaviour feed the cost model
 
     def __post_init__(self) -> None:
         if self.seq_len < 1:
@@ -56,6 +60,12 @@ class TrainingSpec:
             raise InputError(f"--optimizer-regime must be one of {', '.join(REGIMES)}, got '{self.regime}'")
         if self.attention not in ATTENTION:
             raise InputError(f"--attention must be flash or eager, got '{self.attention}'")
+
+    @property
+    def rt(self):
+        """The RuntimeSpec (autoplace.runtimes) this job runs under."""
+        from autoplace.runtimes import load_runtime
+        return load_runtime(self.runtime)
 
     @property
     def widths(self) -> tuple[int, int, int, int]:

@@ -1,0 +1,146 @@
+"""Runtimes: the training stacks that run a plan, one TOML each (`autoplace/runtimes/*.toml`).
+
+`load_runtime(name_or_path)` reads one into a frozen `RuntimeSpec` with an exact-key check (an
+unknown key is a one-line InputError naming it and the valid keys, as Calculon's `from_json`);
+`RUNTIMES` lists the shipped names; `DEFAULT_RUNTIME` is Megatron-Core + Transformer Engine.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import MISSING, fields
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from autoplace.errors import InputError
+from autoplace.runtimes.spec import SECTIONS, TOP_KEYS, RuntimeSpec
+
+RUNTIME_DIR = Path(__file__).resolve().parent
+DEFAULT_RUNTIME = "megatron-core"
+
+__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "RuntimeSpec", "available_runtimes", "load_runtime",
+           "runtime_from_dict"]
+
+
+def available_runtimes() -> list[str]:
+    return sorted(p.stem for p in RUNTIME_DIR.glob("*.toml"))
+
+
+RUNTIMES = tuple(available_runtimes())
+
+
+def _coerce(src: str, section: str, f, val):
+    """A TOML value for dataclass field `f` (lists → tuples; ints accepted for floats)."""
+    default = f.default if f.default is not MISSING else None
+    where = f"{src}: [{section}] {f.name}" if section else f"{src}: {f.name}"
+    if isinstance(default, bool):
+        if not isinstance(val, bool):
+            raise InputError(f"{where} must be true or false, got {val!r}")
+        return val
+    if isinstance(default, tuple):
+        if not isinstance(val, list):
+            raise InputError(f"{where} must be a list, got {val!r}")
+        return tuple(val)
+    if isinstance(default, float):
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise InputError(f"{where} must be a number, got {val!r}")
+        return float(val)
+    if isinstance(default, int):
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise InputError(f"{where} must be an integer, got {val!r}")
+        return val
+    if isinstance(default, str) or default is None:
+        if not isinstance(val, str):
+            raise InputError(f"{where} must be a string, got {val!r}")
+        return val
+    return val
+
+
+def runtime_from_dict(raw: dict, source: str) -> RuntimeSpec:
+    """A RuntimeSpec from a parsed TOML document; every key must be a field (exact keys)."""
+    src = Path(source).name
+    allowed = set(TOP_KEYS) | set(SECTIONS)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise InputError(f"runtime {src}: unknown key '{unknown[0]}'; valid keys: {', '.join(sorted(allowed))}")
+    top = {f.name: f for f in fields(RuntimeSpec)}
+    kw: dict = {}
+    for key in TOP_KEYS:
+        if key in raw:
+            kw[key] = _coerce(src, "", top[key], raw[key])
+    for req in ("name", "family", "version"):
+        if req not in kw:
+            raise InputError(f"runtime {src}: missing key '{req}'")
+    for sec, cls in SECTIONS.items():
+        table = raw.get(sec, {})
+        if not isinstance(table, dict):
+            raise InputError(f"runtime {src}: [{sec}] must be a table")
+        valid = {f.name: f for f in fields(cls)}
+        bad = sorted(set(table) - set(valid))
+        if bad:
+            raise InputError(f"runtime {src}: unknown [{sec}] key '{bad[0]}'; valid: {', '.join(valid)}")
+        kw[sec] = cls(**{k: _coerce(src, sec, valid[k], v) for k, v in table.items()})
+    kw["source"] = str(source)
+    rt = RuntimeSpec(**kw)
+    from autoplace.runtimes.check import validate_runtime
+    validate_runtime(rt)
+    return rt
+
+
+def _path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise InputError(f"--runtime: file '{name_or_path}' does not exist")
+        return p
+    key = name_or_path.strip().lower().replace("_", "-")
+    key = ALIASES.get(key, key)
+    cand = RUNTIME_DIR / f"{key}.toml"
+    if cand.exists():
+        return cand
+    raise InputError(f"--runtime: unknown runtime '{name_or_path}'; choose one of "
+                     f"{', '.join(available_runtimes())} or pass a .toml path")
+
+
+ALIASES = {"megatron": "megatron-core", "mcore": "megatron-core", "nemo": "megatron-core",
+           "megatron-bridge": "megatron-core", "titan": "torchtitan", "torchtitan-eager": "torchtitan",
+           "ds": "deepspeed", "automodel": "nemo-automodel", "fsdp": "llm-foundry", "native": "torch-native"}
+
+
+@lru_cache(maxsize=64)
+def _load(path: str) -> RuntimeSpec:
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"runtime {Path(path).name}: invalid TOML ({str(e).splitlines()[0]})") from None
+    return runtime_from_dict(raw, path)
+
+
+def load_runtime(name_or_path: str | RuntimeSpec | None = None) -> RuntimeSpec:
+    """`--runtime NAME|PATH` → RuntimeSpec (a RuntimeSpec passes through; None → the default)."""
+    if isinstance(name_or_path, RuntimeSpec):
+        return name_or_path
+    return _load(str(_path(name_or_path or DEFAULT_RUNTIME).resolve()))
+
+
+def training_spec(runtime=None, *, seq_len: int, global_batch: int, precision: str = "bf16",
+                  fp8_recipe: str = "", **overrides):
+    """A TrainingSpec with the runtime's defaults for what the caller leaves out: optimizer regime,
+    gradient-reduce width, vocabulary padding, attention kernel class and dropout. Keyword
+    `overrides` (e.g. regime="zero") win over the runtime's defaults."""
+    from autoplace.specs.training import TrainingSpec
+    rt = load_runtime(runtime)
+    d = rt.defaults
+    kw = dict(regime=d.regime if precision != "fp32" else "fp32",
+              grad_reduce_bytes=d.grad_reduce_bytes or None,
+              vocab_divisible_by=d.vocab_divisible_by,
+              attention="eager" if d.eager_attention else "flash",
+              dropout=d.attention_dropout)
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                        fp8_recipe=fp8_recipe, runtime=rt, **kw)
