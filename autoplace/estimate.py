@@ -51,9 +51,14 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     limit = M.memory_limit(hw, headroom) if not states_only else hw.memory_bytes
     per_stage_comm = [{k: _f(v) for k, v in C.comm_bytes_per_step(ctx, plan, i).items()} for i in range(pp)]
     comm = {k: max(s[k] for s in per_stage_comm) for k in ("dp", "tp", "pp", "cp", "ep", "offload")}
+    for st in stages:
+        st["allocated"] = st["total"] - st["reserve"] - st["overhead"]
+        st["reserved"] = st["total"] - st["overhead"]
     doc["memory"] = {
         "per_stage": stages,
         "peak_bytes": peak,
+        "allocated_bytes": max(s["allocated"] for s in stages),
+        "reserved_bytes": max(s["reserved"] for s in stages),
         "binding_stage": max(stages, key=lambda s: s["total"])["stage"],
         "limit_bytes": _f(limit),
         "fits": peak <= limit,

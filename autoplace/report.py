@@ -30,7 +30,7 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     mem = doc["memory"]
     t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
                     f"{'fits' if mem['fits'] else 'DOES NOT FIT'}")
-    cols = ("params", "grads", "optimizer", "activations", "transient", "overhead", "total")
+    cols = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead", "total")
     t.add_column("stage", justify="right")
     for c in cols:
         t.add_column(c, justify="right")

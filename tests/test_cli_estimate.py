@@ -106,8 +106,12 @@ def test_json_document_keys():
     for i, s in enumerate(mem["per_stage"]):
         assert set(s) >= {"stage", "params", "grads", "optimizer", "activations", "transient", "overhead", "total"}
         assert s["stage"] == i
-        parts = sum(s[k] for k in ("params", "grads", "optimizer", "activations", "transient", "overhead"))
+        parts = sum(s[k] for k in ("params", "grads", "optimizer", "activations", "transient", "reserve",
+                                   "overhead"))
         assert s["total"] == pytest.approx(parts, rel=1e-12)
+        # the caching-allocator reserve is the runtime's share of the allocated bytes (megatron-core: 3 %)
+        assert s["reserve"] == pytest.approx(0.03 * s["allocated"], rel=1e-12)
+        assert s["reserved"] == pytest.approx(s["allocated"] + s["reserve"], rel=1e-12)
     assert mem["peak_bytes"] == max(s["total"] for s in mem["per_stage"])
     assert isinstance(mem["fits"], bool) and mem["fits"] == (mem["peak_bytes"] <= mem["limit_bytes"])
     assert mem["activation_bytes_per_layer"] > 0

@@ -21,7 +21,6 @@ import numpy as np
 from autoplace.plan import micro_batches
 from autoplace.specs.model import padded_vocab
 
-FSDP_PREFETCH_UNITS = 2          # FSDP2 keeps two all-gather outputs alive in forward (§1.3)
 FP8_WEIGHT_CACHE_BYTES = 1       # fp8 cast copy of the local weights (TransformerEngine-style)
 
 
@@ -249,10 +248,13 @@ def stage_activation_bytes(ctx, p, i):
 
 # ---- transient buffers ----------------------------------------------------------------------
 def logits_bytes(ctx, p):
-    """Last stage, one micro-batch: 16-bit logits + fp32 cross-entropy buffer, 6·s·b·V_pad/t (T17)."""
+    """Last stage, one micro-batch: logits + loss buffers, B_logit·s·b·V_pad/t with B_logit from the
+    runtime (Megatron's fused vocab-parallel CE: 16-bit logits + fp32 buffer = 6, T17; eager torch
+    CE ≈ 12)."""
     t = ctx.train
     s_loc = t.seq_len / _w(p.cp)
-    return (t.b_A + 4.0) * s_loc * _w(p.mbs) * vocab_padded(ctx, p) / _w(p.tp)
+    per = t.rt.memory.loss_bytes_per_logit if t.b_A == 2 else t.b_A + 4.0
+    return per * s_loc * _w(p.mbs) * vocab_padded(ctx, p) / _w(p.tp)
 
 
 def transient_bytes(ctx, p, i):
@@ -270,7 +272,7 @@ def transient_bytes(ctx, p, i):
     nd, _ = shard_groups(ctx, p)
     pm, gm = _w(p.p_mode), _w(p.g_mode)
     k1 = k1_active(p)
-    sg = np.where(~k1 & (pm == 1), FSDP_PREFETCH_UNITS * unit * bP + unit * bGr, 0.0)
+    sg = np.where(~k1 & (pm == 1), t.rt.memory.fsdp_prefetch_units * unit * bP + unit * bGr, 0.0)
     hold = np.where(~k1 & (pm == 2), (dense + expert) * bP + unit * bGr, 0.0)
     rs_bucket = np.where(~k1 & (pm == 0) & (gm == 1), unit * bG, 0.0)
     last = _w(i) == _w(p.pp) - 1
@@ -283,25 +285,51 @@ def transient_bytes(ctx, p, i):
 
 
 def overhead_bytes(ctx, hw, p):
+    """CUDA context + communicator buffers: device memory outside the caching allocator."""
     if ctx.model.states_only or ctx.train.states_only or hw is None:
         return _w(0.0) * _w(p.tp)
     return _w(hw.fixed_overhead_bytes) + 0 * _w(p.tp)
 
 
+def reserve_fraction(ctx) -> float:
+    """Caching-allocator reserve as a share of the allocated peak (the runtime's memory behaviour)."""
+    if ctx.model.states_only or ctx.train.states_only:
+        return 0.0
+    return float(ctx.train.rt.memory.reserve_frac)
+
+
 def stage_memory(ctx, hw, p, i):
-    """All memory terms of one rank of stage i; `total` is their sum."""
+    """All memory terms of one rank of stage i; `total` is their sum, the device memory in use.
+
+    allocated = params + grads + optimizer + activations + transient is what
+    torch.cuda.max_memory_allocated reports; the caching allocator holds `reserve` more at the peak
+    (reserved = allocated · (1 + f), torch.cuda.max_memory_reserved, f from the runtime: segments
+    freed by one layer's gather buffers cannot all be reused by differently sized blocks); the CUDA
+    context and NCCL buffers (`overhead`) sit outside the allocator."""
     params, grads, opt = model_state_bytes(ctx, p, i)
     acts = stage_activation_bytes(ctx, p, i)
     trans = transient_bytes(ctx, p, i)
     over = overhead_bytes(ctx, hw, p)
-    total = params + grads + opt + acts + trans + over
+    allocated = params + grads + opt + acts + trans
+    reserve = allocated * reserve_fraction(ctx)
+    total = allocated + reserve + over
     return {"params": params, "grads": grads, "optimizer": opt, "activations": acts,
-            "transient": trans, "overhead": over, "total": total}
+            "transient": trans, "reserve": reserve, "overhead": over, "total": total}
+
+
+def allocated_bytes(sm: dict):
+    """torch's max_memory_allocated of a `stage_memory` dict."""
+    return sm["total"] - sm["reserve"] - sm["overhead"]
+
+
+def reserved_bytes(sm: dict):
+    """torch's max_memory_reserved of a `stage_memory` dict."""
+    return sm["total"] - sm["overhead"]
 
 
 def memory_limit(hw, headroom: float = 0.0):
-    """Usable bytes per device: capacity less the allocator reserve, less the user's headroom."""
-    return hw.memory_bytes * (1.0 - hw.allocator_reserve_frac) * (1.0 - headroom)
+    """Usable bytes per device: the capacity (as PyTorch reports it) less the user's headroom."""
+    return hw.memory_bytes * (1.0 - headroom)
 
 
 def peak_memory(ctx, hw, p):

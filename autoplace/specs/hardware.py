@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -24,43 +24,85 @@ PROFILE_DIR = data_dir("hardware_profiles")
 DEFAULT_HARDWARE = "h100-sxm-80gb"
 
 
+ATTENTION_FALLBACK = {"flash": ("flash2",), "sdpa": ("flash2",), "flash3": ("cudnn", "flash2"),
+                      "cudnn": ("flash3", "flash2"), "flex": ("flash2",), "flash2": ()}
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     name: str
-    memory_bytes: float                     # device memory (HBM) capacity
-    peak_flops: dict                        # dense peak per dtype: {"bf16", "fp16", "fp8", "fp32"}
-    hbm_bw: float                           # device memory bandwidth
+    """Profile name as printed."""
+    memory_bytes: float
+    """Device memory capacity as the runtime reports it (PyTorch total capacity)."""
+    peak_flops: dict
+    """Dense tensor-core peak per dtype: {"bf16", "fp16", "fp8", "fp4", "fp32"} in FLOP/s."""
+    hbm_bw: float
+    """Device memory bandwidth, bytes/s."""
     gpus_per_node: int
-    scaleup_domain: int                     # GPUs sharing the NVLink/fabric domain (NVL72 = 72)
-    intra_bw: float                         # achievable per-GPU bus bandwidth inside the scale-up domain
-    intra_latency: float                    # per-step latency α inside the domain
-    inter_bw: float                         # achievable per-GPU bus bandwidth across domains (NIC)
-    inter_latency: float                    # per-step latency α across domains
-    host_bw: float                          # host link (PCIe / C2C) per GPU, one direction
-    # compute efficiency (fitted per profile, one set for all models)
-    gemm_efficiency: float = 0.8            # achievable fraction of peak on large GEMMs
-    gemm_tile: int = 128                    # tile edge for wave/tile quantization of GEMM dims
-    gemm_k_overhead: float = 0.0            # per-tile prologue/epilogue as extra K-loop elements (small-K GEMMs)
-    sm_count: int = 108                     # streaming multiprocessors (CUs): GEMM wave quantization
-    kernel_overhead_s: float = 5e-6         # launch/tail overhead per GEMM or fused kernel
-    attention_efficiency: float = 0.6       # fraction of peak for the attention core (flash)
-    hbm_efficiency: float = 0.8             # achievable fraction of hbm_bw for memory-bound kernels
-    nic_efficiency: float = 1.0             # reserved: multiplier on inter_bw for concurrent groups
-    gather_rails: float = 1.0               # NICs one all-gather/reduce-scatter group's cross-node traffic
-    rs_cost_factor: float = 1.0             # reduce-scatter bandwidth time ÷ an all-gather of the same size
-                                            # (1: NCCL rings; gloo runs RS as an all-reduce + copy, ≈ 2)
-    comm_overlap: float = 1.0               # share of a compute window that hides DP collectives (1: NCCL has
-                                            # its own SMs/engines; ≈ 0: gloo threads need the ranks' cores)
-    host_is_device: bool = False            # CPU "devices": host memory is the device memory, offload frees nothing
-                                            # spreads over (≤ members per node); 1 = one NIC per GPU's share
-    cpu_adam_params_per_s: float = 1.0e9    # host Adam throughput per GPU's share of cores
-    # fixed memory overheads
+    """GPUs per node (per compute tray on NVL72 racks)."""
+    scaleup_domain: int
+    """GPUs sharing the NVLink/fabric domain (NVL72 = 72)."""
+    intra_bw: float
+    """Achievable per-GPU bus bandwidth inside the scale-up domain, bytes/s."""
+    intra_latency: float
+    """Per-step latency α inside the domain, s."""
+    inter_bw: float
+    """Achievable per-GPU bus bandwidth across domains (NIC), bytes/s."""
+    inter_latency: float
+    """Per-step latency α across domains, s."""
+    host_bw: float
+    """Host link (PCIe / C2C) per GPU, one direction, bytes/s."""
+    arch: str = ""
+    """GPU architecture: volta, ampere, hopper, blackwell, cdna3, cpu (which low-precision formats exist)."""
+    gemm_efficiency: float = 0.8
+    """Achievable fraction of the BF16 peak on large GEMMs (0.92 × MAMF on every profile)."""
+    gemm_efficiency_fp8: float = 0.0
+    """The same for FP8 GEMMs against the FP8 peak (0 → gemm_efficiency)."""
+    gemm_efficiency_fp4: float = 0.0
+    """The same for FP4 GEMMs against the FP4 peak (0 → gemm_efficiency_fp8)."""
+    gemm_tile: int = 128
+    """Tile edge for wave/tile quantization of GEMM dims."""
+    gemm_k_overhead: float = 0.0
+    """Per-tile prologue/epilogue as extra K-loop elements (small-K GEMMs)."""
+    sm_count: int = 108
+    """Streaming multiprocessors (CUs): GEMM wave quantization."""
+    kernel_overhead_s: float = 5e-6
+    """Launch/tail overhead per GEMM or fused kernel, s."""
+    attention_efficiency: float = 0.6
+    """Fraction of the BF16 peak the FlashAttention-2-class kernel reaches on the causal attention
+    core (fwd + bwd); the kernel families of `attention_kernels` refine it."""
+    attention_kernels: dict = field(default_factory=dict)
+    """Efficiency per attention kernel family on this GPU ({"flash2", "flash3", "cudnn", "flex"});
+    a family not listed falls back along ATTENTION_FALLBACK, finally to attention_efficiency."""
+    hbm_efficiency: float = 0.8
+    """Achievable fraction of hbm_bw for memory-bound kernels."""
+    nic_efficiency: float = 1.0
+    """Reserved: multiplier on inter_bw for concurrent groups."""
+    gather_rails: float = 1.0
+    """NICs one all-gather/reduce-scatter group's cross-node traffic spreads over (≤ members per
+    node); 1 = one NIC per GPU's share."""
+    rs_cost_factor: float = 1.0
+    """Reduce-scatter bandwidth time ÷ an all-gather of the same size (1: NCCL rings; gloo runs RS
+    as an all-reduce + copy, ≈ 2)."""
+    comm_overlap: float = 1.0
+    """Share of a compute window that hides DP collectives (1: NCCL has its own SMs/engines; ≈ 0:
+    gloo threads need the ranks' cores)."""
+    host_is_device: bool = False
+    """CPU "devices": host memory is the device memory, offload frees nothing."""
+    cpu_adam_params_per_s: float = 1.0e9
+    """Host Adam throughput per GPU's share of cores."""
     cuda_context_bytes: float = 0.0
-    comm_buffer_bytes: float = 0.0          # NCCL communicator buffers (all groups together)
-    allocator_reserve_frac: float = 0.0     # share of memory the caching allocator cannot hand out
-    step_overhead_s: float = 0.0            # per-iteration fixed host/launch overhead
+    """CUDA context + kernel images + library workspaces (outside the caching allocator)."""
+    comm_buffer_bytes: float = 0.0
+    """NCCL communicator buffers, all groups together (outside the caching allocator)."""
+    step_overhead_s: float = 0.0
+    """Per-iteration fixed host/launch overhead, s."""
+    price_per_gpu_hour: float = 0.0
+    """On-demand price of one GPU-hour in USD (0 = unknown); an assumption, not a measurement."""
     source: str = "builtin"
+    """Where the profile was read from."""
     notes: str = ""
+    """One line describing the system."""
 
     @property
     def nodes_per_domain(self) -> int:
@@ -73,9 +115,21 @@ class HardwareSpec:
             raise InputError(f"hardware '{self.name}' has no peak for dtype '{dtype}'; "
                              f"add peak_tflops.{dtype} to its profile") from None
 
-    @property
-    def usable_memory_bytes(self) -> float:
-        return self.memory_bytes * (1.0 - self.allocator_reserve_frac)
+    def gemm_eff(self, dtype: str) -> float:
+        """MAMF-anchored GEMM efficiency for the dtype the GEMMs run in."""
+        if dtype == "fp4":
+            return self.gemm_efficiency_fp4 or self.gemm_efficiency_fp8 or self.gemm_efficiency
+        if dtype == "fp8":
+            return self.gemm_efficiency_fp8 or self.gemm_efficiency
+        return self.gemm_efficiency
+
+    def attention_eff(self, kernel: str) -> float:
+        """Efficiency of an attention kernel family on this GPU (fraction of the BF16 peak)."""
+        table = self.attention_kernels or {}
+        for k in (kernel,) + ATTENTION_FALLBACK.get(kernel, ("flash2",)):
+            if k in table:
+                return float(table[k])
+        return self.attention_efficiency
 
     @property
     def fixed_overhead_bytes(self) -> float:
@@ -104,38 +158,66 @@ _UNITS = {  # TOML key → (dataclass field, multiplier)
 _FIELDS = {f.name for f in fields(HardwareSpec)}
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and k not in ("peak_tflops",):
-            out.update(_flatten(v, ""))
-        else:
-            out[k] = v
-    return out
+SECTIONS = ("memory", "peak_tflops", "compute", "network", "overheads", "attention")
+DOC_SECTIONS = ("calibration", "raw", "software")    # written by `autoplace calibrate`: provenance only
+_PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4", "fp32")
+_ATTN_KEYS = ("flash2", "flash3", "cudnn", "flex")
+
+
+def _valid_keys() -> list[str]:
+    scalar = {f for f in _FIELDS if f not in ("peak_flops", "attention_kernels", "source")}
+    return sorted(scalar | set(_UNITS) - {v[0] for v in _UNITS.values()})
 
 
 def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
-    flat = _flatten({k: v for k, v in raw.items() if k not in ("calibration", "raw", "software")})
+    """A HardwareSpec from a parsed profile; every key must be known (exact keys, as Calculon's
+    from_json): an unknown key is an InputError naming it and the valid keys."""
+    src = Path(source).name
+    valid = set(_valid_keys())
+    flat: dict = {}
+    for key, val in raw.items():
+        if key in DOC_SECTIONS:
+            continue
+        if isinstance(val, dict) and key not in ("peak_tflops", "attention"):
+            if key not in SECTIONS:
+                raise InputError(f"hardware profile {src}: unknown table [{key}]; valid tables: "
+                                 f"{', '.join(SECTIONS + DOC_SECTIONS)}")
+            for k, v in val.items():
+                if k not in valid:
+                    raise InputError(f"hardware profile {src}: unknown key '{k}' in [{key}]; valid keys: "
+                                     f"{', '.join(sorted(valid))}")
+                flat[k] = v
+        elif key in ("peak_tflops", "attention"):
+            allowed = _PEAK_KEYS if key == "peak_tflops" else _ATTN_KEYS
+            if not isinstance(val, dict):
+                raise InputError(f"hardware profile {src}: [{key}] must be a table")
+            bad = sorted(set(val) - set(allowed))
+            if bad:
+                raise InputError(f"hardware profile {src}: unknown key '{bad[0]}' in [{key}]; valid keys: "
+                                 f"{', '.join(allowed)}")
+            flat[key] = val
+        elif key not in valid:
+            raise InputError(f"hardware profile {src}: unknown key '{key}'; valid keys: {', '.join(sorted(valid))}")
+        else:
+            flat[key] = val
     kw: dict = {}
     for key, val in flat.items():
         if key == "peak_tflops":
             kw["peak_flops"] = {k: float(v) * 1e12 for k, v in val.items()}
+        elif key == "attention":
+            kw["attention_kernels"] = {k: float(v) for k, v in val.items()}
         elif key in _UNITS:
             name, mult = _UNITS[key]
             kw[name] = float(val) * mult
-        elif key in _FIELDS:
+        else:
             kw[key] = val
-        # unknown keys (documentation-only) are ignored
     kw.setdefault("source", source)
     required = ["name", "memory_bytes", "peak_flops", "hbm_bw", "gpus_per_node", "scaleup_domain",
                 "intra_bw", "intra_latency", "inter_bw", "inter_latency", "host_bw"]
     missing = [r for r in required if r not in kw]
     if missing:
         raise InputError(f"hardware profile {source}: missing field(s) {', '.join(missing)}")
-    try:
-        return HardwareSpec(**kw)
-    except TypeError as e:  # pragma: no cover - defensive
-        raise InputError(f"hardware profile {source}: {e}") from None
+    return HardwareSpec(**kw)
 
 
 def _canon(name: str) -> str:
@@ -153,6 +235,7 @@ ALIASES = {
     "v100-32gb": "v100-dgx2",
     "h200-sxm": "h200", "h200-141gb": "h200", "nvidia-h200": "h200",
     "b200-180gb": "b200", "gb200": "gb200-nvl72", "mi300x-192gb": "mi300x",
+    "gb300": "gb300-nvl72", "b300-288gb": "b300", "dgx-b300": "b300", "dgx-b200": "b200",
     "cpu": "local-cpu",
 }
 
@@ -170,7 +253,7 @@ def match_gpu_name(name: str) -> tuple[str | None, str]:
     t = re.sub(_VENDOR_WORDS, " ", t)
     mem = re.search(r"(\d+)\s*gb", t)
     gb = int(mem.group(1)) if mem else None
-    for pat, stem in ((r"gb200", "gb200-nvl72"), (r"\bb200", "b200"), (r"h200", "h200"), (r"h100", "h100-sxm-80gb"),
+    for pat, stem in ((r"gb300", "gb300-nvl72"), (r"\bb300", "b300"), (r"gb200", "gb200-nvl72"), (r"\bb200", "b200"), (r"h200", "h200"), (r"h100", "h100-sxm-80gb"),
                       (r"mi300x", "mi300x"), (r"v100", "v100-dgx2")):
         if re.search(pat, t):
             if stem == "v100-dgx2" and gb is not None and gb != 32:

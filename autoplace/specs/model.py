@@ -34,6 +34,8 @@ class ModelSpec:
     norm: str = "rmsnorm"                # "rmsnorm" (weight) | "layernorm" (weight + bias)
     position: str = "rope"               # "rope" (no parameters) | "learned" (max_seq_len × hidden)
     max_seq_len: int = 4096
+    pretrain_seq_len: int = 0             # sequence length the family was pre-trained at (Llama 3: 8192), the CLI's
+                                          # default --seq-len; 0 → min(max_seq_len, 4096)
     # Mixture of experts (num_experts == 0 → dense model)
     num_experts: int = 0
     top_k: int = 1
@@ -44,6 +46,21 @@ class ModelSpec:
     dense_layer_ids: tuple = ()           # 0-based layers kept dense in an MoE model
     qkv_bias: bool = False                # biases on Q, K, V only (Qwen2); attn_bias = Q, K, V and O
     qk_norm: bool = False                 # per-head norm on Q and K (Qwen3): two head_dim-sized norms
+    activation: str = ""                  # MLP activation: silu | gelu | relu2 (squared ReLU) | relu; "" →
+                                          # silu when gated (SwiGLU), gelu otherwise (GeGLU = gelu + gated)
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): kv_lora_rank > 0 switches it on
+    q_lora_rank: int = 0                  # query down-projection rank (0: a full-rank Q projection)
+    kv_lora_rank: int = 0                 # compressed K/V latent width
+    qk_nope_head_dim: int = 0             # per-head query/key width without rotary
+    qk_rope_head_dim: int = 0             # per-head rotary width (the rotary key is shared by all heads)
+    v_head_dim: int = 0                   # per-head value width
+    sliding_window: int = 0               # local attention window in tokens (0: full attention)
+    global_every: int = 0                 # with a window: every k-th layer attends globally (gpt-oss 2,
+                                          # Gemma 3 6); 0 → every layer windowed
+    attn_sinks: bool = False              # a learned sink logit per head (gpt-oss): `heads` parameters per layer
+    expert_bias: bool = False             # biases on expert and router matrices (gpt-oss)
+    mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3: 1): one more
+                                          # transformer layer + projection + norms each, sharing embedding and head
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)
@@ -68,6 +85,11 @@ class ModelSpec:
             raise InputError(f"model.dense_layer_ids must be in 0..{self.layers - 1}")
         if self.num_experts and (self.top_k < 1 or self.top_k > self.num_experts):
             raise InputError(f"model.top_k={self.top_k} must be in 1..num_experts={self.num_experts}")
+        if self.activation not in ("", "silu", "gelu", "relu2", "relu"):
+            raise InputError(f"model.activation must be silu, gelu, relu2 or relu, got {self.activation!r}")
+        if self.kv_lora_rank and not (self.qk_nope_head_dim and self.v_head_dim):
+            raise InputError("model: multi-head latent attention (kv_lora_rank > 0) needs qk_nope_head_dim "
+                             "and v_head_dim")
 
     # ---- derived shape -------------------------------------------------------------------------
     @property
@@ -79,12 +101,39 @@ class ModelSpec:
         return self.head_dim or self.hidden // self.heads
 
     @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def d_qk(self) -> int:
+        """Per-head width of the query·key product (MLA: nope + rope)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.mla else self.d_head
+
+    @property
+    def d_v(self) -> int:
+        """Per-head value width."""
+        return self.v_head_dim if self.mla else self.d_head
+
+    @property
     def q_width(self) -> int:
-        return self.heads * self.d_head
+        """Query features of all heads (the attention output is heads · d_v)."""
+        return self.heads * self.d_qk
 
     @property
     def kv_width(self) -> int:
         return self.a_kv * self.d_head
+
+    @property
+    def act(self) -> str:
+        return self.activation or ("silu" if self.gated_mlp else "gelu")
+
+    @property
+    def windowed_share(self) -> float:
+        """Share of layers whose attention is local (sliding window)."""
+        if not self.sliding_window:
+            return 0.0
+        return 1.0 - 1.0 / self.global_every if self.global_every else 1.0
 
     @property
     def is_moe(self) -> bool:
@@ -114,39 +163,62 @@ class ModelSpec:
     def norm_params(self) -> int:
         return (2 if self.norm == "layernorm" else 1) * self.hidden
 
+    def attn_linears(self) -> list[tuple[str, int, int, str]]:
+        """The attention block's weight matrices in execution order: (name, in, out, tp split).
+
+        split "col" divides the output features over TP, "row" the input features, "dup" keeps the
+        matrix whole on every TP rank (MLA down-projections, Megatron `parallel_mode="duplicated"`).
+        Standard attention: fused QKV (GQA-aware) and the output projection. MLA (DeepSeek-V3 §2.1):
+        q_down h→r_q, q_up r_q→H·(d_nope + d_rope) (or one h→H·d_qk matrix without r_q), kv_down
+        h→r_kv + d_rope (the shared rotary key), kv_up r_kv→H·(d_nope + d_v), out H·d_v→h."""
+        h, H = self.hidden, self.heads
+        if not self.mla:
+            return [("qkv", h, self.q_width + 2 * self.kv_width, "col"), ("out", self.q_width, h, "row")]
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = ([("q_down", h, self.q_lora_rank, "dup"), ("q_up", self.q_lora_rank, H * qk, "col")]
+             if self.q_lora_rank else [("q", h, H * qk, "col")])
+        return q + [("kv_down", h, self.kv_lora_rank + self.qk_rope_head_dim, "dup"),
+                    ("kv_up", self.kv_lora_rank, H * (self.qk_nope_head_dim + self.v_head_dim), "col"),
+                    ("out", H * self.v_head_dim, h, "row")]
+
     def attn_params(self) -> int:
-        """Q, K, V and output projections (+ biases), GQA-aware."""
+        """Attention weights (+ biases, MLA latent norms, sinks), GQA- and MLA-aware."""
         h, q, kv = self.hidden, self.q_width, self.kv_width
-        n = h * q + 2 * h * kv + q * h
-        if self.attn_bias:
+        n = sum(k * o for _, k, o, _ in self.attn_linears())
+        if self.mla:
+            n += (self.q_lora_rank + self.kv_lora_rank) * (2 if self.norm == "layernorm" else 1)
+        elif self.attn_bias:
             n += q + 2 * kv + h
         elif self.qkv_bias:
             n += q + 2 * kv
+        if self.attn_sinks:
+            n += self.heads
         return n
 
     def qk_norm_params(self) -> int:
         return 2 * (2 if self.norm == "layernorm" else 1) * self.d_head if self.qk_norm else 0
 
-    def mlp_params(self, width: int | None = None) -> int:
+    def mlp_params(self, width: int | None = None, bias: bool | None = None) -> int:
         f = self.ffn_hidden if width is None else width
         h = self.hidden
+        bias = self.mlp_bias if bias is None else bias
         if self.gated_mlp:
             n = 3 * h * f
-            if self.mlp_bias:
+            if bias:
                 n += 2 * f + h
         else:
             n = 2 * h * f
-            if self.mlp_bias:
+            if bias:
                 n += f + h
         return n
 
     def expert_params_per_layer(self) -> int:
         """Routed expert weights of one MoE layer (all experts)."""
-        return self.num_experts * self.mlp_params(self.f_expert)
+        return self.num_experts * self.mlp_params(self.f_expert, bias=self.expert_bias or self.mlp_bias)
 
     def moe_dense_params_per_layer(self) -> int:
         """Non-expert weights inside an MoE layer's MLP block: router + shared expert."""
-        n = self.hidden * self.num_experts
+        n = self.hidden * self.num_experts + (self.num_experts if self.expert_bias else 0)
         if self.shared_expert_ffn_hidden:
             n += self.mlp_params(self.shared_expert_ffn_hidden)
             if self.shared_expert_gate:
@@ -172,6 +244,15 @@ class ModelSpec:
     def expert_params(self) -> int:
         return self.n_moe_layers * self.expert_params_per_layer()
 
+    def mtp_params(self) -> int:
+        """Multi-token-prediction modules (DeepSeek-V3 §2.2): per module two input norms, the
+        2h→h projection, one transformer layer (MoE when the model is) and a final norm; the
+        embedding and output head are shared with the main model (not counted again)."""
+        if not self.mtp_layers:
+            return 0
+        layer = self.layer_dense_params(self.is_moe) + (self.expert_params_per_layer() if self.is_moe else 0)
+        return self.mtp_layers * (3 * self.norm_params() + 2 * self.hidden * self.hidden + layer)
+
     def dense_params(self, vocab: int | None = None) -> int:
         """All non-expert parameters (embedding, positions, layers, final norm, output)."""
         return (self.embedding_params(vocab) + self.position_params()
@@ -180,6 +261,7 @@ class ModelSpec:
                 + self.norm_params() + self.output_params(vocab))
 
     def total_params(self, vocab: int | None = None) -> int:
+        """All parameters of the main model (MTP modules excluded: `mtp_params`)."""
         if self.params_override is not None:
             return int(self.params_override)
         return self.dense_params(vocab) + self.expert_params()
@@ -188,7 +270,7 @@ class ModelSpec:
         """Parameters touched per token (top-k experts of each MoE layer)."""
         if not self.is_moe:
             return self.total_params()
-        per_expert = self.mlp_params(self.f_expert)
+        per_expert = self.mlp_params(self.f_expert, bias=self.expert_bias or self.mlp_bias)
         return self.dense_params() + self.n_moe_layers * self.top_k * per_expert
 
     def largest_unit_params(self) -> int:
