@@ -32,7 +32,7 @@ _ALIASES = {
     "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
     "order": "rank_order", "reshard": "reshard_after_forward",
     "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap", "tp_async": "tp_async", "dp_bucket_mb": "dp_bucket_mb", "bucket_mb": "dp_bucket_mb",
-    "dp_overlap": "dp_overlap", "bwd_prefetch": "bwd_prefetch", "fetch_sync": "fetch_sync", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
+    "dp_overlap": "dp_overlap", "ep_overlap": "ep_overlap", "bwd_prefetch": "bwd_prefetch", "fetch_sync": "fetch_sync", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
     "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
 }
 
@@ -62,6 +62,8 @@ class Plan:
     tp_async: bool = True             # backward TP collectives overlap the column-parallel wgrad GEMMs
                                       # (Megatron async TP all-reduce/reduce-scatter, default since late 2021)
     dp_overlap: bool = True           # DP grad reduction overlapped with backward (bucketed)
+    ep_overlap: bool = False          # EP all-to-all of one micro-batch overlapped with another's compute
+                                      # (Megatron --overlap-moe-expert-parallel-comm, Bridge moe_a2a_overlap)
     bwd_prefetch: bool = True         # zero=3: backward all-gathers prefetched on their own stream (FSDP
                                       # backward_prefetch, DeepSpeed's trace prefetch); False: issued at
                                       # each layer's pre-backward hook, queued behind the reduce-scatter

@@ -12,6 +12,7 @@ import numpy as np
 
 from autoplace.cost.memory import (_w, block_recompute, k1_active, layers_on_stage, shard_groups,
                                    stage_param_counts, vocab_padded)
+from autoplace.cost.precision import param_gather_bytes
 from autoplace.plan import micro_batches
 
 
@@ -38,7 +39,8 @@ def dp_volumes(ctx, p, i):
     step: one RS(G) at reduce width + one AG(P) (m + 1 AG(P) when resharding after forward).
     """
     t = ctx.train
-    bP, bG = t.b_P, t.b_G
+    bG = t.b_G
+    bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
     bGr = t.b_G_reduce
     dense, expert = stage_param_counts(ctx, p, i)
     nd, ne = shard_groups(ctx, p)

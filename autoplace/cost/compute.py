@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cost.memory import _w, vocab_padded
+from autoplace.cost.precision import GemmFormat
 
 
 def _ceil_to(x, q):
@@ -30,15 +31,20 @@ def _ceil_to(x, q):
 
 
 MAMF_REF_N = 8192      # the best-matmul reference: an n³ GEMM (the middle of MAMF's 0–16384 sweep)
+# FP8 attention kernels reach a lower share of their (2×) peak than BF16 ones: FlashAttention-3 FP8
+# ≈ 1.2 PFLOP/s of 1,979 vs BF16 ≈ 740 of 989 on H100 (Shah et al. 2024, Fig. 7/9) → 0.8
+FP8_ATTENTION_EFFICIENCY = 0.8
 
 
-def gemm_math_efficiency(hw, peak, dtype_bytes):
+def gemm_math_efficiency(hw, peak, dtype_bytes, efficiency=None):
     """η_math such that the additive roofline gives an n³ GEMM (n = MAMF_REF_N) the profile's
-    `gemm_efficiency`: 2n³/(peak·η) = 2n³/(peak·η_math) + 3n²·b/(B_hbm·η_hbm)."""
+    `gemm_efficiency` (or `efficiency`, the MAMF fraction of another dtype):
+    2n³/(peak·η) = 2n³/(peak·η_math) + 3n²·b/(B_hbm·η_hbm)."""
+    eff = hw.gemm_efficiency if efficiency is None else efficiency
     n = float(MAMF_REF_N)
-    t_ref = 2.0 * n ** 3 / (peak * hw.gemm_efficiency)
+    t_ref = 2.0 * n ** 3 / (peak * eff)
     t_mem = 3.0 * n * n * dtype_bytes / (hw.hbm_bw * hw.hbm_efficiency)
-    return hw.gemm_efficiency * t_ref / max(t_ref - t_mem, 0.5 * t_ref)
+    return eff * t_ref / max(t_ref - t_mem, 0.5 * t_ref)
 
 
 def gemm_efficiency_for(eta_math, peak, hbm_bw, dtype_bytes):
@@ -49,10 +55,11 @@ def gemm_efficiency_for(eta_math, peak, hbm_bw, dtype_bytes):
     return eta_math / (1.0 + eta_math * c)
 
 
-def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0):
+def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0, efficiency=None):
     """Additive-roofline time of one (M×K)·(K×N) GEMM — or of one batched GEMM of `batch` such
     products — on one device, with tile and wave quantization: output tiles = batch·⌈M/q⌉·⌈N/q⌉ run
-    in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs."""
+    in ⌈tiles/SMs⌉ waves, so the last partial wave idles SMs. `efficiency`: the MAMF fraction of the
+    dtype the GEMM runs in (default the profile's BF16 `gemm_efficiency`)."""
     q = hw.gemm_tile
     tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
     bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
@@ -60,14 +67,14 @@ def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0):
         tiles, bytes_ = tiles * _w(batch), bytes_ * _w(batch)
     waves = np.ceil(tiles / hw.sm_count)
     flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + hw.gemm_k_overhead)
-    return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes)) \
+    return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes, efficiency)) \
         + bytes_ / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s
 
 
-def gemm_fwd_bwd(hw, M, N, K, b, peak):
+def gemm_fwd_bwd(hw, M, N, K, b, peak, batch=1.0, efficiency=None):
     """(forward, backward) time: backward = dgrad (M×N·N×K) + wgrad (K×M·M×N)."""
-    f = gemm_time(hw, M, N, K, b, peak)
-    bwd = gemm_time(hw, M, K, N, b, peak) + gemm_time(hw, K, N, M, b, peak)
+    f = gemm_time(hw, M, N, K, b, peak, batch, efficiency)
+    bwd = gemm_time(hw, M, K, N, b, peak, batch, efficiency) + gemm_time(hw, K, N, M, b, peak, batch, efficiency)
     return f, bwd
 
 
@@ -80,8 +87,43 @@ def causal_factor(train):
     return 0.5 if train.attention == "flash" else 1.0
 
 
+def keys_per_query(model, train) -> float:
+    """Average keys one query attends to, over layers: causal flash s/2; a sliding window w
+    attends min(i+1, w) keys at position i, w − w²/(2s) on average; eager kernels compute the
+    full square (s) on global layers."""
+    s = float(train.seq_len)
+    full = s * causal_factor(train)
+    w = float(model.sliding_window)
+    if not w:
+        return full
+    win = w - w * w / (2.0 * s) if w < s else full
+    share = model.windowed_share
+    return share * win + (1.0 - share) * full
+
+
 def gemm_peak(hw, train):
-    return hw.peak(train.precision if train.precision in ("fp8", "fp32", "fp16") else "bf16")
+    """The peak the job's transformer GEMMs run at (MFU's denominator)."""
+    return GemmFormat(train, hw).peak if train.precision in ("fp8", "fp4") else \
+        hw.peak(train.precision if train.precision in ("fp16", "fp32") else "bf16")
+
+
+def attention_linears_rank(model, tp):
+    """(N, K) of each attention GEMM on one TP rank, and whether it is column-parallel (its wgrad
+    overlaps the input-gradient collective): standard attention keeps whole KV heads when
+    a_kv < t (replicated); MLA down-projections are duplicated on every rank."""
+    tp = _w(tp)
+    out = []
+    for name, k, n, split in model.attn_linears():
+        if name == "qkv":
+            kv_loc = np.maximum(model.a_kv / tp, 1.0) * model.d_head
+            out.append((model.q_width / tp + 2 * kv_loc, _w(k), True))
+        elif split == "col":
+            out.append((n / tp, _w(k), True))
+        elif split == "row":
+            out.append((_w(n), k / tp, False))
+        else:
+            out.append((_w(n), _w(k), False))
+    return out
 
 
 def layer_compute_times(ctx, hw, p):
@@ -89,69 +131,102 @@ def layer_compute_times(ctx, hw, p):
 
     Keys: gemm_f, gemm_b, attn_f, attn_b, elem_f, elem_b (memory-bound), attn_elem_f (the part of the
     elementwise work inside the attention core: eager softmax/dropout — repeated by selective
-    recompute), flops_f (hardware FLOPs of one forward).
+    recompute), flops_f (hardware FLOPs of one forward), wgrad_col (column-parallel weight-gradient
+    GEMMs, under which async TP hides its backward collectives), mm_rc (the matmuls op-level SAC
+    recomputes: every second one), quant_f/quant_b (FP8/FP4 quantization work, inside elem_*).
+
+    The runtime (`train.rt.kernels`) sets the memory-bound passes (fused vs eager norms, RoPE,
+    activation, loss), the attention kernel (its efficiency on this GPU: `hw.attention_eff`) and
+    whether experts run as one grouped GEMM; the recipe sets the GEMM dtype and quantization work.
     """
     m, t = ctx.model, ctx.train
+    kern = t.rt.kernels
     tp, cp = _w(p.tp), _w(p.cp)
     T = _w(p.mbs) * t.seq_len / cp                         # GEMM rows (tokens) per rank
     bA = t.b_A
-    peak = gemm_peak(hw, t)
+    fmt = GemmFormat(t, hw)
     peak16 = hw.peak("bf16") if t.precision != "fp32" else hw.peak("fp32")
-    kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
-    q_loc = m.q_width / tp
+    gb = fmt.bytes
+    share16 = fmt.bf16_share
+
+    def gemm(M, N, K, batch=1.0):
+        f, b = gemm_fwd_bwd(hw, M, N, K, gb, fmt.peak, batch, fmt.eff)
+        if share16:
+            f16, b16 = gemm_fwd_bwd(hw, M, N, K, bA, peak16, batch)
+            f, b = (1 - share16) * f + share16 * f16, (1 - share16) * b + share16 * b16
+        return f, b
+
+    def wgrad(M, N, K, batch=1.0):
+        return gemm_time(hw, K, N, M, gb, fmt.peak, batch, fmt.eff)
+
     h = m.hidden
-    gb = 1 if t.precision == "fp8" else bA                 # GEMM operand width
-    shapes = [(T, q_loc + 2 * kv_loc, h), (T, h, q_loc)]
     fm = m.n_moe_layers / m.layers if m.is_moe else 0.0
+    gf = gbk = flops = wgrad_col = _w(0.0)
+    mm_f = []                                              # forward time of each matmul, execution order
+    q_in = q_out = _w(0.0)                                 # elements quantized per token: GEMM inputs (fwd), output grads (bwd)
+    for (N, K, col) in attention_linears_rank(m, tp):
+        f, b = gemm(T, N, K)
+        gf, gbk, flops = gf + f, gbk + b, flops + 2 * T * N * K
+        mm_f.append(f)
+        if col:
+            wgrad_col = wgrad_col + wgrad(T, N, K)
+        q_in, q_out = q_in + K, q_out + N
+    gmul = 2 if m.gated_mlp else 1
     if fm < 1.0:
         f_loc = m.ffn_hidden / tp
-        shapes_mlp = [(T, (2 if m.gated_mlp else 1) * f_loc, h), (T, h, f_loc)]
-    else:
-        shapes_mlp = []
-    gf = _w(0.0)
-    gbk = _w(0.0)
-    flops = _w(0.0)
-    # weight-gradient GEMMs of the column-parallel layers (QKV, FC1): Megatron overlaps the TP
-    # collective on their input gradient with them (async TP all-reduce / reduce-scatter in backward)
-    wgrad_col = gemm_time(hw, shapes[0][2], shapes[0][1], shapes[0][0], gb, peak)
-    for (M, N, K) in shapes:
-        f, b = gemm_fwd_bwd(hw, M, N, K, gb, peak)
-        gf, gbk, flops = gf + f, gbk + b, flops + 2 * M * N * K
-    for (M, N, K) in shapes_mlp[:1]:
-        wgrad_col = wgrad_col + (1 - fm) * gemm_time(hw, K, N, M, gb, peak)
-    for (M, N, K) in shapes_mlp:
-        f, b = gemm_fwd_bwd(hw, M, N, K, gb, peak)
-        gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * M * N * K
+        for (N, K, col) in ((gmul * f_loc, h, True), (h, f_loc, False)):
+            f, b = gemm(T, N, K)
+            gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * T * N * K
+            mm_f.append((1 - fm) * f)
+            if col:
+                wgrad_col = wgrad_col + (1 - fm) * wgrad(T, N, K)
+            q_in, q_out = q_in + (1 - fm) * K, q_out + (1 - fm) * N
     if fm > 0:
         fe = m.f_expert / _w(p.t_exp)
         Me = T * m.top_k                                   # tokens routed to this rank's experts (balanced)
         n_local = m.num_experts / _w(p.ep)
         Mper = Me / n_local                                # per expert GEMM rows
-        for (N, K) in [((2 if m.gated_mlp else 1) * fe, h), (h, fe)]:
-            f, b = gemm_fwd_bwd(hw, Mper, N, K, gb, peak)
-            gf, gbk = gf + fm * n_local * f, gbk + fm * n_local * b
+        for (N, K) in ((gmul * fe, h), (h, fe)):
+            if kern.moe_grouped_gemm:
+                f, b = gemm(Mper, N, K, batch=n_local)     # one grouped GEMM over the local experts
+            else:
+                f, b = gemm(Mper, N, K)
+                f, b = n_local * f, n_local * b
+            gf, gbk = gf + fm * f, gbk + fm * b
             flops = flops + fm * 2 * Me * N * K
-        f, b = gemm_fwd_bwd(hw, T, m.num_experts, h, bA, peak16)   # router
+            mm_f.append(fm * f)
+            q_in, q_out = q_in + fm * m.top_k * K, q_out + fm * m.top_k * N
+        f, b = gemm_fwd_bwd(hw, T, m.num_experts, h, bA, peak16)   # router (BF16/FP32)
         gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * m.num_experts * h
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden / tp
-            for (N, K) in [((2 if m.gated_mlp else 1) * fs, h), (h, fs)]:
-                f, b = gemm_fwd_bwd(hw, T, N, K, gb, peak)
+            for (N, K) in ((gmul * fs, h), (h, fs)):
+                f, b = gemm(T, N, K)
                 gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * N * K
-    # attention core: QKᵀ and PV over the full key length s (CP ranks hold s/c queries)
+                mm_f.append(fm * f)
+                q_in, q_out = q_in + fm * K, q_out + fm * N
+    # op-level SAC recomputes every second matmul (torchtitan: mm outputs saved alternately)
+    mm_rc = sum(mm_f[1::2], _w(0.0))
+    # attention core: Q·Kᵀ (d_qk) and P·V (d_v) over the keys each query attends to
     heads_loc = m.heads / tp
-    attn_flops = 4.0 * T * t.seq_len * q_loc * causal_factor(t)
+    kpq = keys_per_query(m, t)
+    attn_flops = 2.0 * T * kpq * heads_loc * (m.d_qk + m.d_v)
     if t.attention == "flash":
-        attn_f = attn_flops / (peak16 * hw.attention_efficiency) + hw.kernel_overhead_s
-        attn_b = 2.5 * attn_flops / (peak16 * hw.attention_efficiency) + 2 * hw.kernel_overhead_s
+        eff = hw.attention_eff(kern.attention)
+        rate = peak16 * eff
+        if kern.fp8_attention and t.precision in ("fp8", "fp4") and "fp8" in hw.peak_flops:
+            # FP8 fused attention (cuDNN): the FP8 peak at FP8_ATTENTION_EFFICIENCY of the BF16 kernel's share
+            rate = hw.peak("fp8") * eff * FP8_ATTENTION_EFFICIENCY
+        attn_f = attn_flops / rate + hw.kernel_overhead_s
+        attn_b = 2.5 * attn_flops / rate + 2 * hw.kernel_overhead_s
         attn_elem_f = _w(0.0)
         attn_elem_b = _w(0.0)
     else:
-        # two batched GEMMs (QKᵀ, P·V) of (s × d_h × s) over mbs·heads; then the s² elementwise kernels
+        # two batched GEMMs (QKᵀ, P·V) of (s × d × s) over mbs·heads; then the s² elementwise kernels
         B = _w(p.mbs) * heads_loc
         Sq = t.seq_len / cp                                       # query rows per sequence
-        qk = gemm_time(hw, Sq, t.seq_len, m.d_head, bA, peak16, batch=B)      # one bmm over mbs·heads
-        pv = gemm_time(hw, Sq, m.d_head, t.seq_len, bA, peak16, batch=B)
+        qk = gemm_time(hw, Sq, t.seq_len, m.d_qk, bA, peak16, batch=B)      # one bmm over mbs·heads
+        pv = gemm_time(hw, Sq, m.d_v, t.seq_len, bA, peak16, batch=B)
         attn_f = qk + pv
         attn_b = 2.0 * attn_f
         drop = 1.0 if t.dropout else 0.0
@@ -159,21 +234,30 @@ def layer_compute_times(ctx, hw, p):
         attn_elem_f = membound_time(hw, sq * (2 * bA + drop * (2 * bA + 1)), 1 + drop)
         attn_elem_b = membound_time(hw, sq * (3 * bA + drop * (2 * bA + 1)), 1 + drop)
     flops = flops + attn_flops
-    # elementwise: norms, residual(+dropout), activation, rotary
+    # elementwise: norms, residual(+dropout), activation, rotary — passes from the runtime's kernels
     t_sp = np.where(_w(p.sp) > 0, tp, 1.0)
     drop = 1.0 if t.dropout else 0.0
-    h_bytes = T * h * (10 * bA + 2 * drop) / t_sp
+    norm_passes = kern.rmsnorm_passes if m.norm == "rmsnorm" else 2.0
+    h_bytes = T * h * ((2 * norm_passes + 2 * kern.residual_passes) * bA + 2 * drop) / t_sp
+    act = (3 if m.gated_mlp else 2) + kern.act_extra_passes * (1 if m.gated_mlp else 0)
     f_dense = m.ffn_hidden / tp
-    act_bytes = T * (3 if m.gated_mlp else 2) * bA * np.where(fm >= 1.0, 0.0, (1 - fm) * f_dense)
+    act_bytes = T * act * bA * np.where(fm >= 1.0, 0.0, (1 - fm) * f_dense)
     if fm > 0:
-        act_bytes = act_bytes + fm * T * m.top_k * (3 if m.gated_mlp else 2) * bA * m.f_expert / _w(p.t_exp)
-        act_bytes = act_bytes + fm * T * m.top_k * h * bA * 4        # permute / unpermute copies
-    rope = 2.0 * T * (q_loc + kv_loc) * bA if m.position == "rope" else 0.0
-    cast = 3.0 * T * (2 * h + q_loc + f_dense) if t.precision == "fp8" else 0.0   # fp8 input casts
-    elem_f = membound_time(hw, h_bytes + act_bytes + rope + cast, 8)
-    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + cast, 10)
+        act_bytes = act_bytes + fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp)
+        act_bytes = act_bytes + fm * T * m.top_k * h * bA * kern.moe_permute_passes   # permute / unpermute
+        if m.shared_expert_ffn_hidden:
+            act_bytes = act_bytes + fm * T * act * bA * m.shared_expert_ffn_hidden / tp
+    rot = (m.heads * m.qk_rope_head_dim + m.qk_rope_head_dim) / tp if m.mla else \
+        (m.q_width / tp + np.maximum(m.a_kv / tp, 1.0) * m.d_head)
+    rope = kern.rope_passes * T * rot * bA if m.position == "rope" else 0.0
+    qb = fmt.quant_bytes(bA) * (1 - share16)
+    quant_f, quant_b = T * q_in * qb, T * q_out * qb
+    n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
+    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f, n_k)
+    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b, n_k + 2)
     return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
-            "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops}
+            "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
+            "mm_rc": mm_rc, "quant": membound_time(hw, quant_f + quant_b, 0)}
 
 
 def head_compute_times(ctx, hw, p):
@@ -184,8 +268,9 @@ def head_compute_times(ctx, hw, p):
     Vl = vocab_padded(ctx, p) / tp
     peak = hw.peak("bf16") if t.precision != "fp32" else hw.peak("fp32")
     lf, lb = gemm_fwd_bwd(hw, T, Vl, m.hidden, t.b_A, peak)
-    ce_f = membound_time(hw, T * Vl * (t.b_A + 3 * 4.0), 3)
-    ce_b = membound_time(hw, T * Vl * (4.0 + t.b_A), 2)
+    lp = t.rt.kernels.loss_passes                    # fp32 passes per logit (fused vocab-parallel CE: 3)
+    ce_f = membound_time(hw, T * Vl * (t.b_A + lp * 4.0), 3)
+    ce_b = membound_time(hw, T * Vl * (4.0 + t.b_A) * lp / 3.0, 2)
     emb_f = membound_time(hw, T * m.hidden * t.b_A * 2, 1)
     emb_b = membound_time(hw, T * m.hidden * t.b_A * 2 + Vl * m.hidden * t.b_G, 2)
     return {"emb_f": emb_f, "emb_b": emb_b, "logits_f": lf + ce_f, "logits_b": lb + ce_b,
@@ -194,20 +279,30 @@ def head_compute_times(ctx, hw, p):
 
 def model_flops_per_step(ctx, p=None):
     """Model FLOPs per optimizer step, whole cluster (recompute excluded), Megatron-Core convention:
-    6 × (GEMM FLOPs of active weights + logits) per token + attention 12·L·s·q_width per token
-    (the full s² square, not halved for causality)."""
+    6 × (GEMM FLOPs of active weights + logits) per token + attention 6·L·2·k̄·H·(d_qk + d_v) per
+    token, k̄ = the keys a query attends to counted as the full square s on global layers (Megatron
+    does not halve for causality) and the window w on sliding-window layers; MLA uses its own
+    head widths; MTP modules add their layer, projection and a second logits GEMM."""
     m, t = ctx.model, ctx.train
     tokens = t.tokens_per_step
     if m.states_only:
         return 6.0 * m.total_params() * tokens
-    h, q, kv = m.hidden, m.q_width, m.kv_width
-    attn_w = h * q + 2 * h * kv + q * h
+    h = m.hidden
+    attn_w = sum(k * n for _, k, n, _ in m.attn_linears())
     fm = m.n_moe_layers / m.layers if m.is_moe else 0.0
     dense_mlp = (3 if m.gated_mlp else 2) * h * m.ffn_hidden
     moe_mlp = m.top_k * (3 if m.gated_mlp else 2) * h * m.f_expert + h * m.num_experts
     if m.shared_expert_ffn_hidden:
         moe_mlp += (3 if m.gated_mlp else 2) * h * m.shared_expert_ffn_hidden
     per_layer = attn_w + (1 - fm) * dense_mlp + fm * moe_mlp
+    s = float(t.seq_len)
+    w = float(m.sliding_window)
+    k_full = s
+    k_bar = (m.windowed_share * min(w, s) + (1 - m.windowed_share) * k_full) if w else k_full
+    attn = m.layers * k_bar * m.heads * (m.d_qk + m.d_v)   # × 6 → fwd + bwd of QKᵀ and PV per token
     gemm = m.layers * per_layer + h * m.vocab
-    attn = m.layers * 2 * t.seq_len * q     # × 6 → 12·L·s·q per token (QKᵀ + PV, fwd + bwd)
+    if m.mtp_layers:
+        mtp_layer = attn_w + (moe_mlp if m.is_moe else dense_mlp)
+        gemm += m.mtp_layers * (mtp_layer + 2 * h * h + h * m.vocab)
+        attn += m.mtp_layers * k_full * m.heads * (m.d_qk + m.d_v)
     return tokens * (6.0 * gemm + 6.0 * attn)

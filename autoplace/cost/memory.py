@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplace.cost.precision import param_gather_bytes, param_store_bytes, recipe_of
 from autoplace.plan import micro_batches
 from autoplace.specs.model import padded_vocab
 
-FP8_WEIGHT_CACHE_BYTES = 1       # fp8 cast copy of the local weights (TransformerEngine-style)
 
 
 def _w(x):
@@ -43,13 +43,22 @@ def layers_on_stage(ctx, p, i):
 
 def layer_params_rank(model, tp, moe_layer: bool, ep=1, etp=1):
     """Dense (non-expert) parameters of one layer held by one TP rank: split matrices and column
-    biases ÷ t; norms and row-parallel biases replicated (§2.3)."""
+    biases ÷ t; norms, row-parallel biases and duplicated MLA down-projections replicated (§2.3)."""
     h, q, kv = model.hidden, model.q_width, model.kv_width
-    attn_split = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if (model.attn_bias or model.qkv_bias) else 0)
-    attn_repl = (h if model.attn_bias else 0) + model.qk_norm_params()
+    if model.mla:
+        lin = model.attn_linears()
+        attn_split = sum(k * n for _, k, n, sp in lin if sp in ("col", "row"))
+        attn_repl = sum(k * n for _, k, n, sp in lin if sp == "dup") + model.q_lora_rank + model.kv_lora_rank
+    else:
+        attn_split = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if (model.attn_bias or model.qkv_bias) else 0)
+        attn_repl = (h if model.attn_bias else 0)
+    attn_repl += model.qk_norm_params()
+    if model.attn_sinks:
+        attn_split += model.heads
     if moe_layer:
         mlp_split = model.mlp_params(model.shared_expert_ffn_hidden) if model.shared_expert_ffn_hidden else 0
-        mlp_repl = h * model.num_experts + (h if model.shared_expert_gate else 0)  # router, gate replicated
+        mlp_repl = (h * model.num_experts + (model.num_experts if model.expert_bias else 0)
+                    + (h if model.shared_expert_gate else 0))          # router, gate replicated
     else:
         f = model.ffn_hidden
         if model.gated_mlp:
@@ -65,7 +74,8 @@ def expert_layer_params_rank(model, ep, etp):
     """Routed expert weights of one MoE layer on one rank: (E/e) experts, each ÷ etp."""
     if not model.is_moe:
         return _w(0.0)
-    return model.num_experts / _w(ep) * model.mlp_params(model.f_expert) / _w(etp)
+    per = model.mlp_params(model.f_expert, bias=model.expert_bias or model.mlp_bias)
+    return model.num_experts / _w(ep) * per / _w(etp)
 
 
 def stage_param_counts(ctx, p, i):
@@ -120,7 +130,8 @@ def k1_active(p):
 def model_state_bytes(ctx, p, i):
     """(params, grads, optimizer) bytes on one rank of stage i (§2.1–2.3, K1/T22)."""
     t = ctx.train
-    bP, bG, bM, bO = t.widths
+    _, bG, bM, bO = t.widths
+    bP = param_store_bytes(t) if not ctx.model.states_only else t.b_P
     bGr = t.b_G_reduce
     dense, expert = stage_param_counts(ctx, p, i)
     nd, ne = shard_groups(ctx, p)
@@ -145,10 +156,7 @@ def model_state_bytes(ctx, p, i):
 
     pd, gd, od = one(dense, nd)
     pe, ge, oe = one(expert, ne)
-    params, grads, opt = pd + pe, gd + ge, od + oe
-    if t.precision == "fp8" and not ctx.model.states_only:
-        params = params + FP8_WEIGHT_CACHE_BYTES * (dense + expert)
-    return params, grads, opt
+    return pd + pe, gd + ge, od + oe
 
 
 # ---- activations ----------------------------------------------------------------------------
@@ -176,7 +184,13 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     drop = 1.0 if t.dropout else 0.0
     kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
     repl = (4 * bA * h + 2 * drop * h) / t_sp
-    qkvo = (2 * bA * m.q_width / tp) + 2 * bA * kv_loc
+    if m.mla:
+        # latents (inputs of the up-projections, whole on every rank) + per-head Q, K (d_qk), V and
+        # the attention output (d_v), ÷ t
+        qkvo = bA * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) \
+            + bA * m.heads / tp * (2 * m.d_qk + 2 * m.d_v)
+    else:
+        qkvo = (2 * bA * m.q_width / tp) + 2 * bA * kv_loc
     if t.attention == "eager":
         core = m.heads * t.seq_len * (2.0 + 3.0 * drop) / tp   # per token: a·s_full scores
     else:
@@ -190,8 +204,17 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         mlp = fm * mlp_moe + (1 - fm) * mlp_dense
     else:
         mlp = (3 if m.gated_mlp else 2) * bA * m.ffn_hidden / tp
-    full = sb * (repl + qkvo + core + mlp)
-    selective = sb * (repl + qkvo + mlp) + np.where(t.attention == "eager", 0.0, sb * core)
+    # TE keeps the quantized cast of each GEMM input for wgrad instead of its 16-bit copy: the QKV and
+    # FC1 inputs (norm outputs), the output-projection input and the FC2 input
+    r = recipe_of(t)
+    if r is not None and t.rt.precision.fp8_saved_inputs:
+        save = (bA - (r.operand_bytes + r.scale_bytes))
+        f_in = (m.f_expert / _w(p.t_exp) * m.top_k) if m.is_moe and m.n_moe_layers == m.layers else m.ffn_hidden / tp
+        saved = save * (2 * h / t_sp + m.heads * m.d_v / tp + f_in)
+    else:
+        saved = 0.0
+    full = sb * (repl + qkvo + core + mlp - saved)
+    selective = sb * (repl + qkvo + mlp - saved) + np.where(t.attention == "eager", 0.0, sb * core)
     ckpt = sb * bA * h / t_sp
     if mode == "all":
         return full, selective, ckpt

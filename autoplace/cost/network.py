@@ -22,6 +22,15 @@ import numpy as np
 from autoplace.cost.memory import _w
 
 
+def hardware_view(ctx, hw):
+    """The hardware as the job's runtime uses it: its collectives reach `comm.gather_rails` NICs
+    across nodes when the runtime says fewer than the hardware has (the 2021 stacks)."""
+    rails = ctx.train.rt.comm.gather_rails if ctx is not None else 0
+    if rails and rails < hw.gather_rails:
+        return hw.with_(gather_rails=float(rails))
+    return hw
+
+
 def axis_strides(p):
     """Stride of each mesh axis in global rank order (numpy-broadcastable)."""
     tp, cp, dp, r = _w(p.tp), _w(p.cp), _w(p.dp), _w(p.dp_replicate)
@@ -74,10 +83,15 @@ def gather_time(hw, S, n, stride, n_coll=1.0, op: str = "ag"):
     return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 
 
-def alltoall_time(hw, S, n, stride):
+def alltoall_time(hw, S, n, stride, dedup_k=0.0, efficiency=1.0):
+    """All-to-all of S bytes per rank. `dedup_k` > 0: the S bytes are k routed copies of each token
+    and the dispatcher sends a token to each remote domain once (DeepEP): of the k(g−1)/g remote
+    copies only the g(1 − (1 − 1/g)^k)·(g−1)/g distinct remote domains cross the NIC."""
     k, g = _links(hw, n, stride)
     n = _w(n)
-    bw = (k - 1.0) / n * S / hw.intra_bw + (n - k) / n * S / hw.inter_bw
+    dk = _w(dedup_k)
+    dedup = np.where((dk > 0) & (g > 1), g * (1.0 - (1.0 - 1.0 / g) ** np.maximum(dk, 1.0)) / np.maximum(dk, 1.0), 1.0)
+    bw = ((k - 1.0) / n * S / hw.intra_bw + (n - k) / n * S * dedup / hw.inter_bw) / efficiency
     lat = (k - 1.0) * hw.intra_latency + (n - k) * hw.inter_latency / np.maximum(k, 1.0)
     return np.where(n > 1, bw + lat, 0.0)
 

@@ -25,9 +25,10 @@ from autoplace.cost import compute as K
 from autoplace.cost import memory as Mm
 from autoplace.cost import network as N
 from autoplace.cost.memory import _w
+from autoplace.cost.precision import param_gather_bytes
 from autoplace.plan import micro_batches
 
-DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket (torch DDP 25 MiB, Megatron ~40M elements, DeepSpeed 5e8)
+DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket when the runtime states none (torch DDP 25 MiB)
 BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
              "ep_comm", "optimizer", "offload", "overhead")
 def optimizer_bytes_per_param(t) -> float:
@@ -66,7 +67,9 @@ def _per_layer_comm(ctx, hw, p):
     if m.is_moe:
         t_sp = np.where(sp, tp, 1.0)
         S_ep = _w(p.mbs) * t.seq_len / (_w(p.cp) * t_sp) * m.top_k * m.hidden * t.b_A
-        a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"]) * (m.n_moe_layers / m.layers)
+        cm = t.rt.comm
+        a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"], m.top_k if cm.a2a_node_dedup else 0.0,
+                              cm.a2a_efficiency) * (m.n_moe_layers / m.layers)
     else:
         a2a = _w(0.0)
     return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a, tp_b_ovl
@@ -75,6 +78,7 @@ def _per_layer_comm(ctx, hw, p):
 def stage_times(ctx, hw, p):
     """Per-micro-batch times for the first, a middle and the last stage (dicts of arrays)."""
     m = ctx.model
+    hw = N.hardware_view(ctx, hw)
     lt = K.layer_compute_times(ctx, hw, p)
     ht = K.head_compute_times(ctx, hw, p)
     tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
@@ -88,6 +92,14 @@ def stage_times(ctx, hw, p):
     cp_b = np.maximum(cp_b1 - lt["attn_b"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
     comp_f = lt["gemm_f"] + lt["attn_f"] + lt["elem_f"] + lt["attn_elem_f"]
     comp_b = lt["gemm_b"] + lt["attn_b"] + lt["elem_b"] + lt["attn_elem_b"]
+    # EP all-to-all overlapped with another micro-batch's layer (Megatron EP A2A overlap: a forward
+    # and a backward chunk interleaved): hidden up to that layer's compute, which runs on the SMs the
+    # dispatch kernels leave free meanwhile
+    ovl_ep = _w(getattr(p, "ep_overlap", False)) > 0
+    sm_share = ctx.train.rt.comm.ep_comm_sms / max(hw.sm_count, 1)
+    ep_tot_f, ep_tot_b = ep_f, ep_b
+    ep_f = np.where(ovl_ep, sm_share * ep_tot_f + np.maximum(ep_tot_f - comp_b, 0.0), ep_tot_f)
+    ep_b = np.where(ovl_ep, sm_share * ep_tot_b + np.maximum(ep_tot_b - comp_f, 0.0), ep_tot_b)
     # recompute per layer: full → forward again (with its TP collectives); selective → attention core
     rc = _w(p.rc)
     rc_full = comp_f
@@ -198,7 +210,8 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     """Exposed DP-family communication time per step for stage i (and the total, for reporting)."""
     t = ctx.train
     st = N.axis_strides(p)
-    bP, bG = t.b_P, t.b_G
+    bG = t.b_G
+    bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
     bGr = t.b_G_reduce
     dense, expert = Mm.stage_param_counts(ctx, p, i)
     psi = dense + expert
@@ -211,7 +224,11 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     s_shard = st["cp"]                                   # dp×cp group: stride = tp degree (cp inner to dp)
     s_rep = st["dp_replicate"]
     Lc = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0) + 1.0          # FSDP units: layers + embedding/head
-    buckets = np.maximum(psi * bG / DP_BUCKET_BYTES, 1.0)               # DDP / ZeRO-1/2 gradient buckets
+    d = t.rt.defaults                                                   # DDP / ZeRO-1/2 gradient buckets
+    if d.dp_bucket_elements > 0:
+        buckets = np.maximum(psi / (d.dp_bucket_elements + d.dp_bucket_elements_per_rank * grp), 1.0)
+    else:
+        buckets = np.maximum(psi * bG / DP_BUCKET_BYTES, 1.0)
     ncoll = np.where(pm >= 1, Lc, buckets)
     bucket_mb = _w(getattr(p, "dp_bucket_mb", 0.0))
     ncoll = np.where(bucket_mb > 0, np.maximum(psi * bP / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), ncoll)
@@ -293,6 +310,7 @@ def _optimizer_time(ctx, hw, p, i):
 def evaluate(ctx, hw, p, headroom: float = 0.0):
     """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput."""
     m, t = ctx.model, ctx.train
+    hw = N.hardware_view(ctx, hw)
     pp = _w(p.pp)
     mb = micro_batches(p, t.global_batch)
     v = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)

@@ -49,15 +49,17 @@ def validate_runtime(rt) -> None:
                                  ("[supports] recompute", s.recompute, RECOMPUTE),
                                  ("[supports] rank_orders", s.rank_orders, RANK_ORDERS),
                                  ("[supports] zero", s.zero, (0, 1, 2, 3)),
-                                 ("[precision] dtypes", pr.dtypes, ("bf16", "fp16", "fp8", "fp32")),
+                                 ("[precision] dtypes", pr.dtypes, ("bf16", "fp16", "fp8", "fp4", "fp32")),
                                  ("[precision] fp8_recipes", pr.fp8_recipes, tuple(RECIPES))):
         for v in vals:
             if v not in allowed:
                 bad(where, v, allowed)
     if d.zero not in s.zero:
         raise InputError(f"runtime {rt.name}: [defaults] zero = {d.zero} is not in [supports] zero {list(s.zero)}")
-    if pr.fp8_recipes and "fp8" not in pr.dtypes:
-        raise InputError(f"runtime {rt.name}: [precision] lists fp8_recipes but dtypes has no 'fp8'")
+    for name in pr.fp8_recipes:
+        if RECIPES[name].gemm_dtype not in pr.dtypes:
+            raise InputError(f"runtime {rt.name}: [precision] recipe '{name}' runs {RECIPES[name].gemm_dtype} "
+                             "GEMMs, which dtypes does not list")
 
 
 def _a(x):
@@ -182,7 +184,7 @@ def precision_refusals(rt, hw, train) -> list[str]:
     if train.precision not in rt.precision.dtypes:
         out.append(f"precision={train.precision}: {rt.name} trains in {', '.join(rt.precision.dtypes)}")
     recipe = getattr(train, "fp8_recipe", "")
-    if train.precision == "fp8" and recipe:
+    if train.precision in ("fp8", "fp4") and recipe:
         if recipe not in rt.precision.fp8_recipes:
             out.append(f"fp8 recipe '{recipe}': {rt.name} implements "
                        f"{', '.join(rt.precision.fp8_recipes) or 'no FP8 recipe'}")

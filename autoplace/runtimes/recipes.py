@@ -65,9 +65,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         description="TE Float8BlockScaling: 1×128 activation / 128×128 weight blocks (DeepSeek-V3 style)"),
     _te("mxfp8", "fp8", 1.0, 1.0 / 32, 0, 2, min_arch="blackwell",
         description="TE MXFP8BlockScaling: E8M0 scale per 32 elements, row- and column-wise copies"),
-    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 0, 2, min_arch="blackwell", bf16_share=0.1,
-        description="TE NVFP4BlockScaling: E4M3 scale per 16 elements, 2-D weight scaling; about a tenth "
-                    "of the layers (the last ones) kept in BF16"),
+    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 0, 2, min_arch="blackwell",
+        description="TE NVFP4BlockScaling: E4M3 scale per 16 elements (+ a per-tensor FP32 scale), 2-D weight "
+                    "scaling, random Hadamard transforms on the wgrad inputs; fprop, dgrad and wgrad in FP4 "
+                    "(Megatron-Bridge bf16_with_nvfp4_mixed keeps no layer in BF16)"),
     Recipe(name="tensorwise", library="torchao", gemm_dtype="fp8", operand_bytes=1.0, scale_bytes=0.0,
            amax_passes=1, copies=1, weight_cache=0.0,
            description="torchao Float8Linear tensorwise: dynamic per-tensor scaling, casts on every use"),

@@ -8,6 +8,7 @@ torch-native profile runner — and the one place where what that stack does is 
   dispatch), read by `autoplace.cost.compute` / `cost.step` as numbers, never as names;
 - `MemoryBehaviour`: caching-allocator reserve, communication buffers, the activation-checkpointing
   policies it offers, read by `autoplace.cost.memory`;
+- `CommBehaviour`: how its collectives use the network (rails a gather reaches, all-to-all efficiency);
 - `Precision`: the dtypes and FP8/FP4 recipes it runs and whether it keeps quantized weight copies
   or all-gathers in FP8 (recipe physics: `autoplace.runtimes.recipes`);
 - `Defaults`: what the stack does when the user is silent (optimizer-state regime, gradient-reduce
@@ -36,20 +37,21 @@ class Kernels:
     elementwise: str = "fused"
     """fused (hand-written kernels: TE/Apex norms, bias-SwiGLU, fused RoPE), compiled (Inductor
     fusion under torch.compile) or eager (one kernel per PyTorch op)."""
-    norm_passes: float = 2.0
-    """Passes per hidden element of one RMSNorm/LayerNorm forward: fused read + write = 2; eager
-    torchtitan RMSNorm (x.float(), pow, mean, rsqrt·x, type_as, ·weight) ≈ 18."""
+    rmsnorm_passes: float = 2.0
+    """Passes per hidden element of one RMSNorm forward: fused read + write = 2; eager torchtitan /
+    HF RMSNorm (x.float(), pow, mean, rsqrt·x, type_as, ·weight) ≈ 18. LayerNorm is one native
+    kernel in every stack (2)."""
     residual_passes: float = 3.0
     """Passes per hidden element of one residual add (read two, write one)."""
-    act_passes: float = 3.0
-    """Passes per FFN-intermediate element of the activation: fused SwiGLU reads gate and up and
-    writes one (3); GeLU 2; eager silu(gate)·up is two kernels (5)."""
+    act_extra_passes: float = 0.0
+    """Passes per FFN-intermediate element beyond the fused gated activation (which reads gate and
+    up and writes one: 3; GeLU 2): eager act(gate)·up is two kernels, 2 more."""
     rope_passes: float = 2.0
     """Passes per Q/K element of rotary embedding: fused read + write = 2; torchtitan's complex
     RoPE (float32 view_as_complex, multiply, type_as) ≈ 10."""
-    kernels_per_layer: int = 18
-    """Kernel launches per layer forward (GEMMs + attention + memory-bound kernels); the launch
-    overhead is hidden by CUDA graphs (`cuda_graphs`)."""
+    membound_kernels: int = 8
+    """Memory-bound kernel launches per layer forward (norms, residual adds, activation, RoPE,
+    casts; GEMMs and attention count their own); backward launches two more."""
     attention: str = "flash"
     """Attention kernel family: cudnn (TE/cuDNN fused attention), flash3, flash2, sdpa (PyTorch
     SDPA: the FlashAttention-2 backend), flex (FlexAttention), eager (materialized softmax). The
@@ -57,16 +59,23 @@ class Kernels:
     loss: str = "fused"
     """Cross-entropy kernel: fused (vocab-parallel fused softmax-CE) or eager (fp32 upcast,
     log_softmax, nll)."""
-    loss_passes: float = 4.0
-    """HBM passes per logit of the loss forward, in 4-byte units (fp32): fused reads the bf16
-    logits once and writes the fp32 softmax (≈ 1.5 + 2); eager upcasts, log_softmax, gathers (≈ 5)."""
+    loss_passes: float = 3.0
+    """fp32 (4-byte) passes per logit of the loss forward after the 16-bit logits are read: fused
+    vocab-parallel CE 3 (max, exp-sum, softmax write); eager .float() + log_softmax + nll 5.
+    Backward moves (4 + b_A)·loss_passes/3 bytes per logit."""
     moe_dispatch: str = "alltoall"
     """Token dispatch: alltoall (NCCL all-to-all), deepep (DeepEP / hybrid-EP kernels: NVLink-RDMA
     forwarding, fewer copies), allgather (tokens all-gathered over EP)."""
     moe_grouped_gemm: bool = True
     """Experts run as one grouped GEMM (TE/cutlass grouped GEMM) rather than a loop of GEMMs."""
+    moe_permute_passes: float = 4.0
+    """HBM passes per routed token-slot (× hidden) of the token permute/unpermute around the
+    all-to-all: separate permute and unpermute kernels (each a read + write) 4; DeepEP / hybrid-EP
+    kernels write and read the expert-ordered buffers themselves, 0."""
     cuda_graphs: bool = False
     """Whole-iteration or per-layer CUDA graphs: kernel launch overhead removed."""
+    fp8_attention: bool = False
+    """The attention core runs in FP8 (cuDNN FP8 fused attention, TE fp8_dot_product_attention)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +98,24 @@ class MemoryBehaviour:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommBehaviour:
+    """How the stack's collectives use the network (its NCCL version and how it calls it)."""
+
+    gather_rails: int = 0
+    """NICs one all-gather/reduce-scatter reaches across nodes (0 → all the hardware's rails,
+    `HardwareSpec.gather_rails`); the 2021 stacks reached one (Narayanan 2021 Table 2: ZeRO-3 step
+    time flat from 768 to 1,536 GPUs)."""
+    a2a_efficiency: float = 1.0
+    """Achieved share of the link bandwidth in the EP all-to-all (1: the profile's bus bandwidth)."""
+    a2a_node_dedup: bool = False
+    """The dispatch sends a token to each remote node once and forwards it to that node's experts
+    over NVLink (DeepEP / hybrid-EP), instead of once per routed expert (NCCL all-to-all)."""
+    ep_comm_sms: int = 0
+    """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
+    Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Precision:
     """Dtypes and low-precision recipes the stack runs (recipe physics: autoplace.runtimes.recipes)."""
 
@@ -101,6 +128,11 @@ class Precision:
     torchao re-casts every use and keeps none."""
     fp8_allgather: bool = False
     """FSDP all-gathers the parameters already quantized (torchao enable_fsdp_float8_all_gather)."""
+    fp8_param_gather: bool = False
+    """The parameters themselves are held quantized (TE FP8/MXFP8/NVFP4 primary weights) and the
+    distributed optimizer all-gathers them quantized (Megatron `fp8_param_gather`)."""
+    fp8_saved_inputs: bool = False
+    """GEMM inputs are saved for backward in the quantized format (TE saves its FP8 casts)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,10 +145,15 @@ class Defaults:
     """Data-parallel gradient reduce width in bytes (0 → the regime's gradient width)."""
     zero: int = 0
     """ZeRO stage used by default (Megatron-Core recipes: 1, the distributed optimizer)."""
-    dp_bucket_mb: float = 0.0
-    """Gradient bucket size in MB (0 → FSDP per-layer units for ZeRO-3, 64 MiB buckets otherwise)."""
+    dp_bucket_elements: float = 0.0
+    """Gradient-bucket size in elements for DDP/ZeRO-1/2 reductions (0 → 64 MiB of gradient);
+    ZeRO-3 collectives go per FSDP unit (layer) whatever this says."""
+    dp_bucket_elements_per_rank: float = 0.0
+    """Elements added to the bucket per data-parallel rank (Megatron: max(40M, 1M·dp))."""
     tp_async: bool = True
     """Backward TP collectives overlap the column-parallel weight-gradient GEMMs."""
+    sequence_parallel: bool = False
+    """Sequence parallelism switched on whenever tp > 1 (Megatron-Bridge / NeMo recipes)."""
     tp_overlap: bool = False
     """TP communication overlapped with GEMMs (TE userbuffers) when the plan has SP."""
     dp_overlap: bool = True
@@ -201,6 +238,7 @@ class RuntimeSpec:
     """The autoplace.export launcher that writes its files ('' = none)."""
     kernels: Kernels = field(default_factory=Kernels)
     memory: MemoryBehaviour = field(default_factory=MemoryBehaviour)
+    comm: CommBehaviour = field(default_factory=CommBehaviour)
     precision: Precision = field(default_factory=Precision)
     defaults: Defaults = field(default_factory=Defaults)
     supports: Capabilities = field(default_factory=Capabilities)
@@ -212,14 +250,12 @@ class RuntimeSpec:
         d = self.defaults
         out = {"tp_async": d.tp_async, "dp_overlap": d.dp_overlap, "bwd_prefetch": d.bwd_prefetch,
                "fetch_sync": d.fetch_sync, "rank_order": d.rank_order}
-        if d.dp_bucket_mb:
-            out["dp_bucket_mb"] = d.dp_bucket_mb
         return out
 
     def describe(self) -> str:
         return f"{self.name} ({self.version})"
 
 
-SECTIONS = {"kernels": Kernels, "memory": MemoryBehaviour, "precision": Precision,
+SECTIONS = {"kernels": Kernels, "memory": MemoryBehaviour, "comm": CommBehaviour, "precision": Precision,
             "defaults": Defaults, "supports": Capabilities}
 TOP_KEYS = tuple(f.name for f in fields(RuntimeSpec) if f.name not in SECTIONS and f.name != "source")

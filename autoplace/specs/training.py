@@ -28,7 +28,7 @@ REGIMES: dict[str, tuple[int, int, int, int, str]] = {
     "sgd-momentum": (2, 2, 0, 8, "mixed precision SGD + momentum (12 B/param) [derived]"),
     "adam8bit": (2, 2, 0, 6, "fp32 master + 8-bit moments (10 B/param) [derived]"),
 }
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")   # fp8/fp4: GEMMs in that format (a recipe), activations bf16
 ATTENTION = ("flash", "eager")
 
 
@@ -36,7 +36,7 @@ ATTENTION = ("flash", "eager")
 class TrainingSpec:
     seq_len: int
     global_batch: int                   # samples (sequences) per optimizer step
-    precision: str = "bf16"             # GEMM/activation dtype: bf16 | fp16 | fp8 | fp32
+    precision: str = "bf16"             # GEMM/activation dtype: bf16 | fp16 | fp8 | fp4 | fp32
     regime: str = "zero"                # optimizer-state byte regime, see REGIMES
     attention: str = "flash"            # flash (no s² tensors stored) | eager (Korthikanti's 5as²b)
     dropout: bool = False               # dropout masks stored (1 B/element, Korthikanti)
@@ -72,6 +72,9 @@ class TrainingSpec:
         bp, bg, bm, bo, _ = REGIMES[self.regime]
         if self.precision == "fp32" and self.regime == "zero":
             return (4, 4, 0, 8)
+        if self.regime == "megatron-bf16" and self.grad_reduce_bytes:
+            # Megatron's gradient buffer is the reduce buffer: fp32 with grad_reduce_in_fp32, else bf16
+            bg = self.grad_reduce_bytes
         return bp, bg, bm, bo
 
     @property

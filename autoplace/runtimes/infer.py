@@ -1,0 +1,79 @@
+"""Which runtime ran a published record: the one table of frameworks and eras.
+
+`runtime_for_record(rec)` reads what the record says — the framework it names (citation, notes,
+table), the container or release it names, the citation year — and returns the runtime file that
+describes that stack, with the reason. Nothing here is a per-record factor: every record that names
+the same stack and era maps to the same runtime, and the cost model then reads that runtime's
+kernels, memory behaviour and defaults.
+"""
+
+from __future__ import annotations
+
+import re
+
+# (pattern in the record's text, runtime, why) — checked in order, the first match wins
+_NAMED = (
+    (r"automodel", "nemo-automodel", "NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)"),
+    (r"megatron-bridge|megatron bridge", "megatron-core", "Megatron-Bridge (Megatron-Core + TE)"),
+    (r"torchtitan", "torchtitan", "torchtitan"),
+    (r"llm-foundry|llmfoundry|mosaicml|composer", "llm-foundry", "MosaicML llm-foundry / Composer FSDP"),
+    (r"\baccelerate\b", "accelerate", "Hugging Face accelerate"),
+)
+
+
+def _nemo_container(text: str) -> tuple[int, int] | None:
+    """(year, month) of a 'NeMo 25.02' / '26.06 NeMo container' statement."""
+    m = re.search(r"nemo(?: framework)?[^\d]{0,40}?(\d{2})\.(\d{2})", text) or \
+        re.search(r"(\d{2})\.(\d{2})\s+nemo", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# Benchmark-mode settings of NVIDIA's published performance tables, applied on top of the runtime's
+# recipe defaults: Megatron-Bridge `perf_recipes/_common.py` `_benchmark_common` / `_perf_precision`
+# and NeMo 2.0 `scripts/performance` reduce gradients in BF16 (grad_reduce_in_fp32 = False).
+PERF_TABLE = (r"performance summary|performance-summary|perf(?:ormance)? recipes?", {"grad_reduce_bytes": 2},
+              "a performance-benchmark table: the perf recipes reduce gradients in BF16 (grad_reduce_in_fp32=False)")
+
+
+def benchmark_overrides(text: str, runtime: str) -> tuple[dict, str]:
+    """TrainingSpec overrides the record's source implies for its runtime (benchmark mode)."""
+    pat, over, why = PERF_TABLE
+    if runtime.startswith("megatron-core") and re.search(pat, text):
+        return dict(over), why
+    return {}, ""
+
+
+def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsdp: bool = False,
+                       gpt_style: bool = False) -> tuple[str, str]:
+    """(runtime name, why) for a record's lower-cased text, citation year, ZeRO stage, FSDP flag
+    and whether its model is a GPT-style (Megatron-era) shape."""
+    for pat, name, why in _NAMED:
+        if re.search(pat, text):
+            if name == "torchtitan" and re.search(r"torch\.compile|compile[d]?\b(?! off)", text) and \
+                    not re.search(r"no compile|without compile|compile off|eager", text):
+                return "torchtitan-compile", "torchtitan with torch.compile"
+            return name, why
+    nemo = _nemo_container(text) if "nemo" in text else None
+    if nemo:
+        yy, mm = nemo
+        if (yy, mm) < (25, 7):
+            return "megatron-core-0.11", f"NeMo {yy:02d}.{mm:02d} container (Megatron-Core 0.11 + TE 2.0)"
+        return "megatron-core", f"NeMo {yy:02d}.{mm:02d} container (Megatron-Core + TE)"
+    if "nemo" in text:
+        return "megatron-core", "NeMo (Megatron-Core + TE)"
+    if "deepspeed" in text and (zero or 0) >= 1:
+        if year is not None and year <= 2021:
+            return "deepspeed-2021", f"DeepSpeed ZeRO run from {year}"
+        return "deepspeed", "DeepSpeed ZeRO"
+    if fsdp:
+        if year is not None and year >= 2025:
+            return "torchtitan", f"PyTorch FSDP run from {year} (FSDP2, eager)"
+        return "llm-foundry", "PyTorch FSDP (FSDP1)"
+    if "megatron" in text or (gpt_style and year is not None and year <= 2022):
+        how = "" if "megatron" in text else f"framework not named: GPT-style run from {year} → "
+        if year is not None and year <= 2021:
+            return "megatron-lm-2021", how + f"Megatron-LM {year}"
+        if year is not None and year <= 2022:
+            return "megatron-lm-2022", how + f"Megatron-LM {year}"
+        return "megatron-core", how + "Megatron-Core"
+    return "megatron-core", "framework not stated → the default runtime (Megatron-Core + TE)"
