@@ -16,7 +16,7 @@ import pytest
 
 from autoplace.errors import InputError, NoFeasiblePlanError
 from autoplace.estimate import estimate
-from autoplace.placement.rules import Ctx, check
+from autoplace.placement.rules import Ctx, Rule, check
 from autoplace.plan import Plan
 from autoplace.search.batch import PlanBatch
 from autoplace.search.enumerate import enumerate_space
@@ -190,6 +190,65 @@ def test_enumerator_legal_count_equals_check_loop(world, B, heads):
     r = run_exhaustive(ctx, load_hardware(), SMALL_SPACE, collapse_block=True, workers=1)
     assert r["stats"]["legal"] == len(legal) and r["stats"]["candidates"] == len(brute)
     assert sum(r["stats"]["pruned_by_rule"].values()) == len(brute) - len(legal)
+
+
+def _interleaved_zero3(ctx, p):
+    return (np.asarray(p.sched) == 1) & (np.asarray(p.zero) == 3)
+
+
+# an extra rule that couples two option groups (batch: schedule; state: ZeRO stage)
+X1 = Rule("X1", "runtime", "interleaving without ZeRO-3", _interleaved_zero3,
+          lambda c, p: "this stack does not interleave ZeRO-3 stages")
+
+
+def test_pruning_legal_mask_equals_rules_legal_mask_on_flat_and_grid_batches():
+    from autoplace.placement import rules as R
+    from autoplace.search.pruning import legal_mask
+    ctx = _ctx()
+    en = enumerate_space(ctx, SMALL_SPACE)
+    b, _ = en.all_plans()
+    c1, c2 = {}, {}
+    assert np.array_equal(legal_mask(ctx, b, R.RULES, c1), R.legal_mask(ctx, b, c2))
+    assert {k: v for k, v in c1.items() if v} == {k: v for k, v in c2.items() if v}
+    # an n-D block is decided by broadcasting over its shape, equal to its flattened plans
+    for blk in en.blocks(700):
+        flat = blk.grid.flat()
+        g1, g2 = {}, {}
+        got = legal_mask(ctx, blk.grid, R.RULES + [X1], g1)
+        assert got.shape == (blk.size,)
+        assert np.array_equal(got, legal_mask(ctx, flat, R.RULES + [X1], g2))
+        assert g1 == g2
+
+
+@pytest.mark.parametrize("world, B", [(8, 8), (4, 16)])
+def test_extra_rules_prune_exactly_and_are_charged_under_their_id(world, B):
+    from autoplace.search.pruning import rules_separable
+    ctx = _ctx(TINY8, world, B)
+    brute = _brute_candidates(ctx, SMALL_SPACE)
+    legal = [p for p in brute if not check(ctx, p) and not bool(X1.violated(ctx, p))]
+    en = enumerate_space(ctx, SMALL_SPACE, extra_rules=[X1])
+    assert not rules_separable(ctx, en)          # X1 reads two groups: blocks get a second pass
+    b, ok = en.all_plans()
+    assert {b.plan(i) for i in np.nonzero(ok)[0]} == set(legal)
+    assert en.pruned_by_rule["X1"] > 0
+    assert sum(en.pruned_by_rule.values()) + len(legal) == en.candidates == len(brute)
+    hw = load_hardware()
+    r = run_exhaustive(ctx, hw, SMALL_SPACE, collapse_block=True, workers=1, extra_rules=[X1])
+    assert r["stats"]["legal"] == len(legal) and r["stats"]["candidates"] == len(brute)
+    assert sum(r["stats"]["pruned_by_rule"].values()) == len(brute) - len(legal)
+    assert r["stats"]["pruned_by_rule"]["X1"] > 0
+    for i in range(len(r["top"])):
+        p = r["top"].plan(i)
+        assert not check(ctx, p) and not X1.violated(ctx, p)
+    # without the rule the same search keeps plans X1 rejects
+    base = run_exhaustive(ctx, hw, SMALL_SPACE, collapse_block=True, workers=1)
+    assert base["stats"]["legal"] > r["stats"]["legal"] and "X1" not in base["stats"]["pruned_by_rule"]
+
+
+def test_extra_rule_ids_must_be_new():
+    from autoplace.placement.rules import RULES_BY_ID
+    with pytest.raises(ValueError, match="C2"):
+        enumerate_space(_ctx(), SMALL_SPACE, extra_rules=[RULES_BY_ID["C2"]])
 
 
 def test_pruned_by_rule_names_the_rules():
