@@ -574,6 +574,42 @@ def test_cli_bad_space_file(runner, tmp_path):
     assert res.exit_code == 1 and "zero" in res.output
 
 
+def test_cli_profile_top_writes_into_a_run_folder(runner, tmp_path, monkeypatch):
+    """--profile-top records go to runs/search-<model>-<N>g-<UTC>/ under the current directory, or
+    to --profile-out DIR (the torch runs themselves: tests/test_profile_*.py)."""
+    from autoplace.profile import candidates
+    seen = []
+
+    def fake_profile_candidates(model, plans, **kw):
+        seen.append(kw["out_dir"])
+        return candidates.CandidateResults(
+            {"plan": p.to_dict(), "plan_short": p.short(), "status": "ok", "error": None, "predicted_rank": i + 1,
+             "measured_rank": i + 1, "predicted_step_s": 1.0, "measured_step_s": 1.0, "rel_error": 0.0}
+            for i, p in enumerate(plans))
+
+    monkeypatch.setattr(candidates, "profile_candidates", fake_profile_candidates)
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--model", "llama-tiny", "--gpus", "2", "--profile-top", "1", "--json"]
+    res = runner.invoke(_app(), argv)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["profiled"][0]["search_rank"] == 1
+    run = seen[0]
+    assert str(run.parent) == "runs"            # relative to the current directory (tmp_path here)
+    assert run.name.startswith("search-llama-tiny-2g-") and run.name.endswith("Z")
+    res = runner.invoke(_app(), argv + ["--profile-out", str(tmp_path / "mine")])
+    assert res.exit_code == 0, res.output
+    assert str(seen[1]) == str(tmp_path / "mine")
+
+
+def test_default_run_dir_is_named_and_unique(tmp_path):
+    from autoplace.io import default_run_dir
+    a = default_run_dir("profile", "Llama-2-13B (20 layers)", 8, root=tmp_path)
+    assert a.parent == tmp_path and a.name.startswith("profile-llama-2-13b-20-layers-8g-")
+    a.mkdir()
+    b = default_run_dir("profile", "Llama-2-13B (20 layers)", 8, root=tmp_path)
+    assert b != a and not b.exists() and b.name.startswith("profile-llama-2-13b-20-layers-8g-")
+
+
 def test_cli_does_not_import_heavy_modules():
     import subprocess
     import sys
