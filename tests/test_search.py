@@ -56,6 +56,16 @@ def test_megatron_and_fsdp_spaces_match_launchers():
     ("[knobs]\noffload_fraction = [1.5]\n", "(0, 1]"),
     ("[knobs\n", "invalid TOML"),
     ("colour = 'red'\n", "unknown key 'colour'"),
+    ("colour = 'red'\nshade = 1\n", "unknown keys 'colour', 'shade'; valid: name, description, extends"),
+    ("[knobs]\ntpp = [1]\nzer = [1]\n", "unknown knobs 'tpp', 'zer'; valid: tp, pp, cp"),
+    ("[knobs]\ntp = { min = 1, mx = 8 }\n", "knob 'tp': unknown range key 'mx'; valid: min, max, pow2"),
+    ("[knobs]\ntp = { min = 1, step = 2 }\n", "knob 'tp': unknown range key 'step'; valid: min, max, pow2"),
+    ("[knobs]\nrecompute_layers = { min = 1, stride = 2 }\n", "valid: min, max, pow2, step"),
+    ("[knobs]\nmbs = { max = 8, pow2 = 'yes' }\n", "range pow2 must be true or false"),
+    ("[knobs.tp]\nmin = 1\nmax = 8\nevery = 2\n", "range key 'every'"),
+    ("knobs = 3\n", "[knobs] must be a table"),
+    ("tp = [1]\n[knobs]\ntp = [2]\n", "knob 'tp' is set both at the top level and in [knobs]"),
+    ("name = 3\n", "'name' must be a string"),
 ])
 def test_bad_space_files_give_one_line_errors(tmp_path, text, fragment):
     f = tmp_path / "bad.toml"
