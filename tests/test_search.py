@@ -212,21 +212,22 @@ X1 = Rule("X1", "runtime", "interleaving without ZeRO-3", _interleaved_zero3,
 
 
 def test_pruning_legal_mask_equals_rules_legal_mask_on_flat_and_grid_batches():
-    from autoplace.placement import rules as R
+    from autoplace.placement import rules as placement_rules
     from autoplace.search.pruning import legal_mask
+    rules = placement_rules.RULES
     ctx = _ctx()
     en = enumerate_space(ctx, SMALL_SPACE)
     b, _ = en.all_plans()
     c1, c2 = {}, {}
-    assert np.array_equal(legal_mask(ctx, b, R.RULES, c1), R.legal_mask(ctx, b, c2))
+    assert np.array_equal(legal_mask(ctx, b, rules, c1), placement_rules.legal_mask(ctx, b, c2))
     assert {k: v for k, v in c1.items() if v} == {k: v for k, v in c2.items() if v}
     # an n-D block is decided by broadcasting over its shape, equal to its flattened plans
     for blk in en.blocks(700):
         flat = blk.grid.flat()
         g1, g2 = {}, {}
-        got = legal_mask(ctx, blk.grid, R.RULES + [X1], g1)
+        got = legal_mask(ctx, blk.grid, rules + [X1], g1)
         assert got.shape == (blk.size,)
-        assert np.array_equal(got, legal_mask(ctx, flat, R.RULES + [X1], g2))
+        assert np.array_equal(got, legal_mask(ctx, flat, rules + [X1], g2))
         assert g1 == g2
 
 
@@ -418,12 +419,12 @@ def _uneven_70b(global_batch, split, rec):
 
 def test_stage_model_is_the_cost_model():
     """The ILP's per-stage coefficients reproduce stage_memory for an uneven split."""
-    from autoplace.cost import memory as M
+    from autoplace.cost import memory
     from autoplace.search.ilp import MIB
     split, rec = (9, 10, 10, 11, 10, 10, 10, 10), (3, 2, 0, 0, 1, 0, 0, 0)
     ctx, hw, sm, q = _uneven_70b(512, split, rec)
     for i in range(8):
-        true = float(np.asarray(M.stage_memory(ctx, hw, q, i)["total"])) / MIB
+        true = float(np.asarray(memory.stage_memory(ctx, hw, q, i)["total"])) / MIB
         assert 0 <= sm.stage_mem(i, split[i], rec[i]) - true < 1 + split[i] + rec[i]   # rounded up per coefficient
 
 

@@ -194,10 +194,9 @@ class SavedTensorCounter:
         for m in modules:
             ts += list(m.parameters()) + list(m.buffers())
         for t in ts:
-            if True:
-                k = _storage_key(t)
-                if k is not None:
-                    self.excluded.add(k)
+            k = _storage_key(t)
+            if k is not None:
+                self.excluded.add(k)
 
     # regions ---------------------------------------------------------------------------------
     @property

@@ -48,8 +48,8 @@ from autoplace.search.space import Space
 
 DEFAULT_CHUNK = 1 << 17
 
-__all__ = ["DEFAULT_CHUNK", "Block", "BlockSpec", "Enumeration", "collapsible", "count_candidates",
-           "enumerate_space", "rule_groups", "rules_separable"]
+__all__ = ["DEFAULT_CHUNK", "Block", "BlockSpec", "Enumeration", "collapsible", "enumerate_space", "rule_groups",
+           "rules_separable"]
 
 
 @dataclass
@@ -104,10 +104,6 @@ class Enumeration:
             if v:
                 self.pruned_by_rule[rid] = self.pruned_by_rule.get(rid, 0) + int(v) * mult
 
-    def row_block_info(self, d) -> tuple[int, int]:
-        """(n_rl, block slot index) of degree row d (collapse mode), else (0, −1)."""
-        return blocks_mod.row_block_info(self, d)
-
     # -- flat iteration (every plan; tests, brute force) --
     def chunks(self, chunk: int | None = None):
         """Yield (start, PlanBatch, legal_mask): every kept plan in canonical order, `chunk` at a
@@ -136,10 +132,6 @@ class Enumeration:
         if not parts:
             return PlanBatch.empty(), np.zeros(0, dtype=bool)
         return PlanBatch.concat(parts), np.concatenate(masks)
-
-    def legal_plans(self) -> PlanBatch:
-        b, ok = self.all_plans()
-        return b.take(np.nonzero(ok)[0])
 
     # -- broadcast blocks --
     def block_specs(self, max_size: int | None = None) -> list[BlockSpec]:
@@ -195,7 +187,3 @@ def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_bloc
     groups, rc_axis = option_groups(ctx, space, deg, collapse_block)
     groups, totals, alive, pruned = prune_early(ctx, deg, groups, rules)
     return Enumeration(ctx, space, deg, groups, totals, alive, pruned, chunk, collapse_block, rc_axis, rules)
-
-
-def count_candidates(ctx, space: Space) -> int:
-    return enumerate_space(ctx, space).candidates

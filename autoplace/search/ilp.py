@@ -102,7 +102,7 @@ def _probe_plan(plan, p, n, r, recompute):
 def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = None,
                 check_linear: bool = True, equal_middle: bool = False) -> StageModel:
     """Fit the per-stage linear coefficients of `plan` (pp > 1, v = 1) from the cost functions."""
-    from autoplace.cost import memory as M
+    from autoplace.cost import memory
     from autoplace.cost.step import stage_times
     from autoplace.plan import micro_batches
     p = int(plan.pp)
@@ -118,7 +118,7 @@ def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = N
 
     def mem(n, r):
         q = _probe_plan(plan, p, n, r, recompute)
-        return np.broadcast_to(np.asarray(M.stage_memory(ctx, hw, q, idx)["total"], dtype=float), (p,))
+        return np.broadcast_to(np.asarray(memory.stage_memory(ctx, hw, q, idx)["total"], dtype=float), (p,))
 
     def tim(n, r):
         q = _probe_plan(plan, p, n, r, recompute)
@@ -142,7 +142,7 @@ def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = N
             if not np.isfinite(err) or err > 1e-6:
                 raise StageModelError(f"per-stage {name} is not linear in (layers, recomputed layers) "
                                  f"(relative residual {err:.2e}); the ILP would be inexact")
-    limit = M.memory_limit(hw, headroom)
+    limit = memory.memory_limit(hw, headroom)
     up = lambda x: int(math.ceil(x / MIB - 1e-9))  # noqa: E731
     us = lambda x: int(round(x / US))  # noqa: E731
     m = int(round(float(micro_batches(plan, ctx.train.global_batch))))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace.placement import rules as R
+from autoplace.placement import rules as placement_rules
 from autoplace.search.batch import GridBatch, PlanBatch
 
 NEUTRAL = {"vpp": 1, "zero": 0, "rc": 0, "recompute_layers": 0, "off": 0, "mbs": 1, "sched": 0,
@@ -41,7 +41,7 @@ NEUTRAL = {"vpp": 1, "zero": 0, "rc": 0, "recompute_layers": 0, "off": 0, "mbs":
 
 def rule_list(extra_rules=()) -> tuple:
     """`RULES` followed by `extra_rules`; an extra rule reusing a rule id is a programming error."""
-    base = tuple(R.RULES)
+    base = tuple(placement_rules.RULES)
     extra = tuple(extra_rules or ())
     ids = [r.id for r in base + extra]
     dup = sorted({i for i in ids if ids.count(i) > 1})
