@@ -69,8 +69,12 @@ class Enumeration:
     chunk: int = DEFAULT_CHUNK
     collapse_block: bool = False
     rc_axis: int = 1
-    rules: tuple = ()
-    """The rules applied: `RULES` then the extra rules (`pruning.rule_list`)."""
+    rules: tuple | None = None
+    """The rules applied: `RULES` then the extra rules (`pruning.rule_list`); None → `RULES`."""
+
+    def __post_init__(self):
+        if self.rules is None:
+            self.rules = rule_list()
 
     @property
     def candidates(self) -> int:
