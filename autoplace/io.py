@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
 from autoplace.errors import InputError
@@ -64,3 +66,61 @@ def read_json(path: str | Path, field: str, fix: str = "fix the file") -> object
     except json.JSONDecodeError as e:
         raise InputError(f"{field}: '{p}' is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
                          f"{fix}") from None
+
+
+# ---- run outputs --------------------------------------------------------------------------------
+RUNS_DIR = "runs"
+"""Where measured runs go by default, under the current directory (git-ignored: `/runs/`)."""
+
+
+def default_run_dir(command: str, model: str, world: int, root: str | Path = RUNS_DIR) -> Path:
+    """`runs/<command>-<model>-<world>g-<UTC stamp>/` (not created; a suffix -2, -3, … when a run of
+    the same second exists). `model` is slugged: "Llama-2-13B" → "llama-2-13b"."""
+    slug = re.sub(r"[^a-z0-9.]+", "-", str(model).lower()).strip("-.") or "model"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = Path(root) / f"{command}-{slug}-{int(world)}g-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+# ---- JSON Lines (profile records, progress events) ----------------------------------------------
+def _json_default(o):
+    """json.dumps fallback for records written by workers: numpy values, sets, anything else as str."""
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def append_jsonl(path: str | Path, obj: object) -> None:
+    """Append one JSON object as a line and fsync it: a reader (or a crash) never sees half a record
+    except possibly the last line."""
+    line = json.dumps(obj, default=_json_default) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Every JSON object of a JSON Lines file ([] if it does not exist); a line cut short by a crash
+    (not valid JSON) is skipped."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out

@@ -39,45 +39,90 @@ _ALIASES = {
 
 @dataclass(frozen=True)
 class Plan:
+    """One parallelization of one training job: degrees, state placement, schedule, runtime switches.
+
+    Field groups (in declaration order, which is also the order of `to_dict`): degrees (tp … dp,
+    dp_replicate), placement (zero, reshard_after_forward, sp, recompute*, offload*), batch and
+    schedule (mbs, schedule, vpp_group, rank_order), runtime switches (tp_overlap … dp_bucket_mb),
+    non-uniform stages (layer_split, stage_recompute) and expert controls (dp_modes, zero_axes, omit).
+    """
+
+    # ---- degrees ---------------------------------------------------------------------------------
     tp: int = 1
+    """Tensor-parallel degree t."""
     pp: int = 1
+    """Pipeline-parallel degree p (stages)."""
     vpp: int = 1
+    """Virtual stages per pipeline rank v (interleaved schedule only)."""
     cp: int = 1
+    """Context-parallel degree c (ring attention over sequence chunks)."""
     ep: int = 1
-    etp: int = 0                      # expert tensor parallel size; 0 → tp
-    dp: int = 0                       # 0 → derived W / (tp·pp·cp)
-    dp_replicate: int = 1             # HSDP replicate degree r; dp_shard n = dp / r
-    zero: int = 0                     # 0 DDP, 1 optimizer, 2 +gradients, 3 +parameters (FSDP)
-    reshard_after_forward: bool = True  # zero=3: True FULL_SHARD (SG), False SHARD_GRAD_OP (SG-hold)
+    """Expert-parallel degree (MoE models)."""
+    etp: int = 0
+    """Expert tensor-parallel size; 0 → tp."""
+    dp: int = 0
+    """Data-parallel degree d; 0 → derived W / (tp·pp·cp)."""
+    dp_replicate: int = 1
+    """HSDP replicate degree r; the shard degree is dp_shard n = dp / r."""
+    # ---- placement -------------------------------------------------------------------------------
+    zero: int = 0
+    """0 DDP, 1 optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)."""
+    reshard_after_forward: bool = True
+    """zero=3: True FULL_SHARD (SG), False SHARD_GRAD_OP (SG-hold: gathered from forward to backward)."""
     sp: bool = False
+    """Sequence parallelism over the tp group (Megatron SP; needs tp > 1)."""
     recompute: str = "none"
-    recompute_layers: int = 0         # block recompute: layers per stage fully recomputed
+    """Activation recomputation: none | selective (attention core) | full | block."""
+    recompute_layers: int = 0
+    """Block recompute: layers per stage fully recomputed."""
     offload: str = "none"
-    offload_fraction: float = 1.0     # φ for optimizer offload
+    """Host offload: none | optimizer | grads (+ optimizer) | params (+ grads + optimizer)."""
+    offload_fraction: float = 1.0
+    """φ: the share of the optimizer state on the host (optimizer offload)."""
+    # ---- batch and schedule ----------------------------------------------------------------------
     mbs: int = 1
+    """Micro-batch size (sequences); m = B / (mbs · dp) micro-batches per step."""
     schedule: str = "1f1b"
-    vpp_group: int = 0                # interleaved micro-batch group size G; 0 → pp (Megatron default)
+    """Pipeline schedule: 1f1b | interleaved | gpipe."""
+    vpp_group: int = 0
+    """Interleaved micro-batch group size G; 0 → pp (Megatron's default)."""
     rank_order: str = "tp-cp-ep-dp-pp"
-    tp_overlap: bool = False          # TP comm overlapped with GEMMs (Megatron tp-comm-overlap, needs SP)
-    tp_async: bool = True             # backward TP collectives overlap the column-parallel wgrad GEMMs
-                                      # (Megatron async TP all-reduce/reduce-scatter, default since late 2021)
-    dp_overlap: bool = True           # DP grad reduction overlapped with backward (bucketed)
-    ep_overlap: bool = False          # EP all-to-all of one micro-batch overlapped with another's compute
-                                      # (Megatron --overlap-moe-expert-parallel-comm, Bridge moe_a2a_overlap)
-    bwd_prefetch: bool = True         # zero=3: backward all-gathers prefetched on their own stream (FSDP
-                                      # backward_prefetch, DeepSpeed's trace prefetch); False: issued at
-                                      # each layer's pre-backward hook, queued behind the reduce-scatter
-    fetch_sync: bool = False          # zero=3: every parameter fetch synchronizes the device (DeepSpeed
-                                      # ZeRO-3 of 2021, before the coordinator rework of PR #1453; issue #1069): one gather
-                                      # per weight-bearing sub-module, run under the sub-module before it;
-                                      # each backward reduce-scatter completes before the next starts
-    dp_bucket_mb: float = 0.0         # DP collective granularity in MB (DeepSpeed buckets); 0 → FSDP per-layer
-                                      # units for ZeRO-3 and 64 MiB gradient buckets otherwise
-    layer_split: tuple = ()           # uneven layers per stage (CP-SAT); () → even L/pp
-    stage_recompute: tuple = ()       # per-stage number of fully recomputed layers (CP-SAT)
-    dp_modes: str = ""                # explicit (P/G/O) modes on the shard axis, e.g. "R/S/S"; "" → from zero
-    zero_axes: str = "dp,cp"          # axes the ZeRO/FSDP group spans (Megatron: dp×cp)
-    omit: tuple = ()                  # obligations deliberately dropped (negative controls; GI/SC rules)
+    """Rank order: "tp-cp-ep-dp-pp" (Megatron's order string) or "pp-dp-cp-tp" (torchtitan's mesh);
+    both nest tp, cp, dp, pp alike and differ in where the expert axes are carved."""
+    # ---- runtime switches ------------------------------------------------------------------------
+    tp_overlap: bool = False
+    """TP communication overlapped with the GEMMs (Megatron tp-comm-overlap; needs SP)."""
+    tp_async: bool = True
+    """Backward TP collectives overlap the column-parallel wgrad GEMMs (Megatron's async TP
+    all-reduce/reduce-scatter, the default since late 2021)."""
+    dp_overlap: bool = True
+    """DP gradient reduction overlapped with backward (bucketed)."""
+    ep_overlap: bool = False
+    """EP all-to-all of one micro-batch overlapped with another's compute (Megatron
+    --overlap-moe-expert-parallel-comm, Megatron-Bridge moe_a2a_overlap)."""
+    bwd_prefetch: bool = True
+    """zero=3: backward all-gathers prefetched on their own stream (FSDP backward_prefetch,
+    DeepSpeed's trace prefetch); False: issued at each layer's pre-backward hook, queued behind the
+    reduce-scatter (FSDP1 NO_PREFETCH)."""
+    fetch_sync: bool = False
+    """zero=3: every parameter fetch synchronizes the device (DeepSpeed ZeRO-3 of 2021, before the
+    coordinator rework of PR #1453; issue #1069): one gather per weight-bearing sub-module, run under
+    the sub-module before it; each backward reduce-scatter completes before the next starts."""
+    dp_bucket_mb: float = 0.0
+    """DP collective granularity in MB (DeepSpeed buckets); 0 → FSDP per-layer units for ZeRO-3 and
+    64 MiB gradient buckets otherwise."""
+    # ---- non-uniform stages (CP-SAT) -------------------------------------------------------------
+    layer_split: tuple = ()
+    """Uneven layers per stage; () → even L/pp."""
+    stage_recompute: tuple = ()
+    """Per-stage number of fully recomputed layers."""
+    # ---- expert controls -------------------------------------------------------------------------
+    dp_modes: str = ""
+    """Explicit (P/G/O) modes on the shard axis, e.g. "R/S/S"; "" → from zero."""
+    zero_axes: str = "dp,cp"
+    """Axes the ZeRO/FSDP group spans (Megatron: dp×cp)."""
+    omit: tuple = ()
+    """Obligations deliberately dropped (negative controls; rules GI/SC reject the plan)."""
 
     # ---- placement on the data-parallel shard axis (codes: see placement.modes) ---------------
     @property

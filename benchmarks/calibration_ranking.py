@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     from autoplace.profile.candidates import spearman
     from autoplace.profile.launch import run_plans
     from autoplace.profile.report import predict_step_time
-    from autoplace.profile.runner import DEFAULTS
+    from autoplace.profile.settings import DEFAULTS
     from autoplace.specs.hardware import load_hardware
     from autoplace.specs.presets import get_preset
 

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
                      out_jsonl=out / "exactness.jsonl", workdir=out / "runs", hardware=load_hardware(before))
     from autoplace.estimate import estimate
     from autoplace.profile.report import executed_plan, train_spec
-    from autoplace.profile.runner import DEFAULTS
+    from autoplace.profile.settings import DEFAULTS
     hw_before = load_hardware(before)
     full = dict(DEFAULTS, **settings)
     rows = []

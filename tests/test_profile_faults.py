@@ -44,11 +44,14 @@ def test_cli_profile_json(tmp_path):
     from typer.testing import CliRunner
 
     from autoplace.cli import app
-    out = tmp_path / "p.jsonl"
+    out = tmp_path / "run"
     r = CliRunner().invoke(app, ["profile", "--model", "llama-tiny", "--gpus", "2", "--plan", "zero=1",
                                  "--backend", "gloo", "--steps", "1", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["plan_short"] == doc["plan_short"]
+    assert (out / "work" / "launch1.job.json").exists()
     for k in ("schema_version", "plan", "ranks", "predicted", "state_bytes_exact", "equivalence"):
         assert k in doc
     assert doc["state_bytes_exact"] is True and doc["equivalence"]["equivalent"] is True

@@ -9,9 +9,18 @@ torch = pytest.importorskip("torch")
 
 from autoplace.plan import parse_plan  # noqa: E402
 from autoplace.profile import measure  # noqa: E402
-from autoplace.profile.model import (Decoder, _RMSNormFn, _RoPEFn, _SwiGLUFn, count_params,  # noqa: E402
-                                     cross_entropy, init_weights, make_batch, reference_run,
-                                     rope_tables)
+from autoplace.profile.model import (  # noqa: E402
+    Decoder,
+    _RMSNormFn,
+    _RoPEFn,
+    _SwiGLUFn,
+    count_params,
+    cross_entropy,
+    init_weights,
+    make_batch,
+    reference_run,
+    rope_tables,
+)
 from autoplace.specs.presets import get_preset  # noqa: E402
 
 TINY = get_preset("llama-tiny")
@@ -59,12 +68,12 @@ def test_init_is_per_fqn_so_stages_match_the_full_model():
 def _activation(plan_text, seq=64, mbs=2):
     from autoplace.cost.memory import stage_activation_bytes
     from autoplace.placement.rules import Ctx
-    from autoplace.profile.runner import _apply_recompute
+    from autoplace.profile.parallelize import apply_recompute
     from autoplace.profile.report import train_spec
     plan = parse_plan(plan_text).with_(mbs=mbs).resolved(1)
     m = Decoder(TINY, seq)
     init_weights(m, 0)
-    _apply_recompute([m], plan)
+    apply_recompute([m], plan)
     ids, labels = make_batch(TINY, seq, mbs, 0, 0)
     c = measure.SavedTensorCounter()
     c.exclude_module_state([m])
@@ -189,3 +198,40 @@ def test_select_runnable_skips_what_the_runner_cannot_do_and_duplicates():
     why = dict(skipped)
     assert "offload" in why[0] and "cp > 1" in why[1]
     assert "like a candidate already taken" in why[3]     # tp=4 also runs as tp=2 here
+
+
+def test_runner_refusals_separate_the_machine_from_the_runner():
+    from autoplace.profile.capabilities import (
+        TORCH_NATIVE,
+        Unsupported,
+        capability_refusals,
+        check_runnable,
+        machine_refusals,
+        runner_refusals,
+    )
+    from autoplace.profile.settings import DEFAULTS
+    job = dict(DEFAULTS)
+    fsdp_off = parse_plan("zero=3,offload=params").resolved(2)
+    # FSDP2 CPUOffloadPolicy: expressible, but only where there is an accelerator to offload from
+    assert capability_refusals(fsdp_off, TINY, job) == []
+    assert runner_refusals(fsdp_off, TINY, job, "nccl", world=2) == []
+    assert machine_refusals(fsdp_off, "gloo", 2) == runner_refusals(fsdp_off, TINY, job, "gloo", world=2)
+    assert "CPU device has nothing to offload to" in machine_refusals(fsdp_off, "gloo", 2)[0]
+    # optimizer offload is not FSDP2's: refused by the runner on any machine
+    opt_off = parse_plan("zero=1,offload=optimizer").resolved(2)
+    assert any("params + grads + optimizer" in r for r in capability_refusals(opt_off, TINY, job))
+    # cp > 1: CUDA-only kernels (machine) and not implemented (runner); nccl keeps the second
+    cp = parse_plan("cp=2").resolved(2)
+    assert len(runner_refusals(cp, TINY, job, "gloo", world=2)) == 2
+    assert runner_refusals(cp, TINY, job, "nccl", world=2) == ["cp > 1: context parallelism is not "
+                                                               "implemented by the plan runner"]
+    # the world is checked only when given; MoE and precision are runner switches
+    assert machine_refusals(parse_plan("tp=2").resolved(2), "gloo", 4)[0].endswith("≠ 4 ranks")
+    moe = get_preset("mixtral-8x7b")
+    assert "MoE" in capability_refusals(parse_plan("zero=0").resolved(2), moe, job)[0]
+    assert capability_refusals(parse_plan("zero=0").resolved(2), TINY, dict(job, precision="bf16")) == \
+        ["the runner trains in fp32 (precision=bf16)"]
+    assert not TORCH_NATIVE.moe and TORCH_NATIVE.offload == {"none", "params"}
+    # every reason at once, joined
+    with pytest.raises(Unsupported, match=r"kv_heads=2 .*; seq_len 66 not divisible by tp=4$"):
+        check_runnable(parse_plan("tp=4,sp=1").resolved(4), TINY, dict(job, seq_len=66), "gloo", world=4)

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autoplace.cost import memory as M

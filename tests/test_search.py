@@ -16,7 +16,7 @@ import pytest
 
 from autoplace.errors import InputError, NoFeasiblePlanError
 from autoplace.estimate import estimate
-from autoplace.placement.rules import Ctx, check
+from autoplace.placement.rules import Ctx, Rule, check
 from autoplace.plan import Plan
 from autoplace.search.batch import PlanBatch
 from autoplace.search.enumerate import enumerate_space
@@ -56,6 +56,16 @@ def test_megatron_and_fsdp_spaces_match_launchers():
     ("[knobs]\noffload_fraction = [1.5]\n", "(0, 1]"),
     ("[knobs\n", "invalid TOML"),
     ("colour = 'red'\n", "unknown key 'colour'"),
+    ("colour = 'red'\nshade = 1\n", "unknown keys 'colour', 'shade'; valid: name, description, extends"),
+    ("[knobs]\ntpp = [1]\nzer = [1]\n", "unknown knobs 'tpp', 'zer'; valid: tp, pp, cp"),
+    ("[knobs]\ntp = { min = 1, mx = 8 }\n", "knob 'tp': unknown range key 'mx'; valid: min, max, pow2"),
+    ("[knobs]\ntp = { min = 1, step = 2 }\n", "knob 'tp': unknown range key 'step'; valid: min, max, pow2"),
+    ("[knobs]\nrecompute_layers = { min = 1, stride = 2 }\n", "valid: min, max, pow2, step"),
+    ("[knobs]\nmbs = { max = 8, pow2 = 'yes' }\n", "range pow2 must be true or false"),
+    ("[knobs.tp]\nmin = 1\nmax = 8\nevery = 2\n", "range key 'every'"),
+    ("knobs = 3\n", "[knobs] must be a table"),
+    ("tp = [1]\n[knobs]\ntp = [2]\n", "knob 'tp' is set both at the top level and in [knobs]"),
+    ("name = 3\n", "'name' must be a string"),
 ])
 def test_bad_space_files_give_one_line_errors(tmp_path, text, fragment):
     f = tmp_path / "bad.toml"
@@ -190,6 +200,66 @@ def test_enumerator_legal_count_equals_check_loop(world, B, heads):
     r = run_exhaustive(ctx, load_hardware(), SMALL_SPACE, collapse_block=True, workers=1)
     assert r["stats"]["legal"] == len(legal) and r["stats"]["candidates"] == len(brute)
     assert sum(r["stats"]["pruned_by_rule"].values()) == len(brute) - len(legal)
+
+
+def _interleaved_zero3(ctx, p):
+    return (np.asarray(p.sched) == 1) & (np.asarray(p.zero) == 3)
+
+
+# an extra rule that couples two option groups (batch: schedule; state: ZeRO stage)
+X1 = Rule("X1", "runtime", "interleaving without ZeRO-3", _interleaved_zero3,
+          lambda c, p: "this stack does not interleave ZeRO-3 stages")
+
+
+def test_pruning_legal_mask_equals_rules_legal_mask_on_flat_and_grid_batches():
+    from autoplace.placement import rules as placement_rules
+    from autoplace.search.pruning import legal_mask
+    rules = placement_rules.RULES
+    ctx = _ctx()
+    en = enumerate_space(ctx, SMALL_SPACE)
+    b, _ = en.all_plans()
+    c1, c2 = {}, {}
+    assert np.array_equal(legal_mask(ctx, b, rules, c1), placement_rules.legal_mask(ctx, b, c2))
+    assert {k: v for k, v in c1.items() if v} == {k: v for k, v in c2.items() if v}
+    # an n-D block is decided by broadcasting over its shape, equal to its flattened plans
+    for blk in en.blocks(700):
+        flat = blk.grid.flat()
+        g1, g2 = {}, {}
+        got = legal_mask(ctx, blk.grid, rules + [X1], g1)
+        assert got.shape == (blk.size,)
+        assert np.array_equal(got, legal_mask(ctx, flat, rules + [X1], g2))
+        assert g1 == g2
+
+
+@pytest.mark.parametrize("world, B", [(8, 8), (4, 16)])
+def test_extra_rules_prune_exactly_and_are_charged_under_their_id(world, B):
+    from autoplace.search.pruning import rules_separable
+    ctx = _ctx(TINY8, world, B)
+    brute = _brute_candidates(ctx, SMALL_SPACE)
+    legal = [p for p in brute if not check(ctx, p) and not bool(X1.violated(ctx, p))]
+    en = enumerate_space(ctx, SMALL_SPACE, extra_rules=[X1])
+    assert not rules_separable(ctx, en)          # X1 reads two groups: blocks get a second pass
+    b, ok = en.all_plans()
+    assert {b.plan(i) for i in np.nonzero(ok)[0]} == set(legal)
+    assert en.pruned_by_rule["X1"] > 0
+    assert sum(en.pruned_by_rule.values()) + len(legal) == en.candidates == len(brute)
+    hw = load_hardware()
+    r = run_exhaustive(ctx, hw, SMALL_SPACE, collapse_block=True, workers=1, extra_rules=[X1])
+    assert r["stats"]["legal"] == len(legal) and r["stats"]["candidates"] == len(brute)
+    assert sum(r["stats"]["pruned_by_rule"].values()) == len(brute) - len(legal)
+    assert r["stats"]["pruned_by_rule"]["X1"] > 0
+    for i in range(len(r["top"])):
+        p = r["top"].plan(i)
+        assert not check(ctx, p) and not X1.violated(ctx, p)
+    # without the rule the same search keeps plans X1 rejects
+    base = run_exhaustive(ctx, hw, SMALL_SPACE, collapse_block=True, workers=1)
+    assert base["stats"]["legal"] > r["stats"]["legal"] and "X1" not in base["stats"]["pruned_by_rule"]
+
+
+def test_extra_rule_ids_must_be_new():
+    from autoplace.placement.rules import RULES_BY_ID
+    with pytest.raises(ValueError, match="C2"):
+        enumerate_space(_ctx(), SMALL_SPACE, extra_rules=[RULES_BY_ID["C2"]])
 
 
 def test_pruned_by_rule_names_the_rules():
@@ -349,12 +419,12 @@ def _uneven_70b(global_batch, split, rec):
 
 def test_stage_model_is_the_cost_model():
     """The ILP's per-stage coefficients reproduce stage_memory for an uneven split."""
-    from autoplace.cost import memory as M
+    from autoplace.cost import memory
     from autoplace.search.ilp import MIB
     split, rec = (9, 10, 10, 11, 10, 10, 10, 10), (3, 2, 0, 0, 1, 0, 0, 0)
     ctx, hw, sm, q = _uneven_70b(512, split, rec)
     for i in range(8):
-        true = float(np.asarray(M.stage_memory(ctx, hw, q, i)["total"])) / MIB
+        true = float(np.asarray(memory.stage_memory(ctx, hw, q, i)["total"])) / MIB
         assert 0 <= sm.stage_mem(i, split[i], rec[i]) - true < 1 + split[i] + rec[i]   # rounded up per coefficient
 
 
@@ -513,6 +583,42 @@ def test_cli_bad_space_file(runner, tmp_path):
     f.write_text("[knobs]\nzero = [7]\n")
     res = runner.invoke(_app(), ["search", "--model", "7b", "--gpus", "8", "--space", str(f)])
     assert res.exit_code == 1 and "zero" in res.output
+
+
+def test_cli_profile_top_writes_into_a_run_folder(runner, tmp_path, monkeypatch):
+    """--profile-top records go to runs/search-<model>-<N>g-<UTC>/ under the current directory, or
+    to --profile-out DIR (the torch runs themselves: tests/test_profile_*.py)."""
+    from autoplace.profile import candidates
+    seen = []
+
+    def fake_profile_candidates(model, plans, **kw):
+        seen.append(kw["out_dir"])
+        return candidates.CandidateResults(
+            {"plan": p.to_dict(), "plan_short": p.short(), "status": "ok", "error": None, "predicted_rank": i + 1,
+             "measured_rank": i + 1, "predicted_step_s": 1.0, "measured_step_s": 1.0, "rel_error": 0.0}
+            for i, p in enumerate(plans))
+
+    monkeypatch.setattr(candidates, "profile_candidates", fake_profile_candidates)
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--model", "llama-tiny", "--gpus", "2", "--profile-top", "1", "--json"]
+    res = runner.invoke(_app(), argv)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["profiled"][0]["search_rank"] == 1
+    run = seen[0]
+    assert str(run.parent) == "runs"            # relative to the current directory (tmp_path here)
+    assert run.name.startswith("search-llama-tiny-2g-") and run.name.endswith("Z")
+    res = runner.invoke(_app(), argv + ["--profile-out", str(tmp_path / "mine")])
+    assert res.exit_code == 0, res.output
+    assert str(seen[1]) == str(tmp_path / "mine")
+
+
+def test_default_run_dir_is_named_and_unique(tmp_path):
+    from autoplace.io import default_run_dir
+    a = default_run_dir("profile", "Llama-2-13B (20 layers)", 8, root=tmp_path)
+    assert a.parent == tmp_path and a.name.startswith("profile-llama-2-13b-20-layers-8g-")
+    a.mkdir()
+    b = default_run_dir("profile", "Llama-2-13B (20 layers)", 8, root=tmp_path)
+    assert b != a and not b.exists() and b.name.startswith("profile-llama-2-13b-20-layers-8g-")
 
 
 def test_cli_does_not_import_heavy_modules():

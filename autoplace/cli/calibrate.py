@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from pathlib import Path
 
         from autoplace.errors import InputError
-        from autoplace.profile import calibrate as C
+        from autoplace.profile import calibrate as calibration
         if backend not in ("gloo", "nccl"):
             raise InputError(f"--backend must be gloo or nccl, got '{backend}'")
         if nproc < 1 or nnodes < 1:
@@ -42,18 +42,18 @@ def register(app: typer.Typer) -> None:
         raw_name = raw or "calib_raw.json"
         if slurm or nnodes > 1:
             path = Path(slurm or "autoplace-calibrate.sbatch")
-            path.write_text(C.slurm_template(nnodes, nproc, backend, out, raw_name, partition, quick=quick))
+            path.write_text(calibration.slurm_template(nnodes, nproc, backend, out, raw_name, partition, quick=quick))
             typer.echo(f"wrote SLURM template {path} (sbatch {path})")
             typer.echo("or run on each node:")
-            for line in C.torchrun_command_lines(nnodes, nproc, backend, raw_name, rdzv_endpoint, quick=quick):
+            for line in calibration.torchrun_command_lines(nnodes, nproc, backend, raw_name, rdzv_endpoint, quick=quick):
                 typer.echo("  " + line)
             if nnodes > 1 and not fit:
                 return
         if fit:
             from autoplace.io import read_json
-            prof = C.write_profile(read_json(fit, "--fit", "pass the RAW.json a calibration run wrote"), out, name)
+            prof = calibration.write_profile(read_json(fit, "--fit", "pass the RAW.json a calibration run wrote"), out, name)
         else:
-            prof = C.calibrate(backend, nproc, out, quick=quick, name=name, raw_out=raw, timeout_s=timeout,
+            prof = calibration.calibrate(backend, nproc, out, quick=quick, name=name, raw_out=raw, timeout_s=timeout,
                                probes=not no_probes)
         f = prof["_fit"]
         typer.echo(f"wrote {out}: fp32 {prof['peak_flops'].get('fp32', 0) / 1e9:.1f} GFLOP/s peak "

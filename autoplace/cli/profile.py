@@ -1,4 +1,8 @@
-"""`autoplace profile`: run one plan (or several) for real with torchrun and compare with the model."""
+"""`autoplace profile`: run one plan (or several) for real with torchrun and compare with the model.
+
+Records go to `--out DIR/results.jsonl` (default a new `runs/profile-<model>-<N>g-<UTC stamp>/`,
+git-ignored), appended as each plan finishes; the launches' job files and logs to `DIR/work/`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_model
+from autoplace.profile.settings import DEFAULTS, SP_IMPLS
 
 
 def register(app: typer.Typer) -> None:
@@ -17,30 +22,34 @@ def register(app: typer.Typer) -> None:
         gpus: int = typer.Option(2, "--gpus", "-n", help="ranks to launch on this node (torchrun --nproc-per-node)"),
         plan: List[str] = typer.Option(..., "--plan", help='plan, e.g. "tp=2,sp=1"; repeat for several'),
         backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) | nccl (CUDA)"),
-        steps: int = typer.Option(2, "--steps", help="timed steps (after 1 warm-up; +1 instrumented step)"),
-        warmup: int = typer.Option(1, "--warmup"),
-        seq_len: int = typer.Option(64, "--seq-len"),
-        global_batch: int = typer.Option(8, "--global-batch", help="sequences per step"),
-        seed: int = typer.Option(1234, "--seed"),
-        lr: float = typer.Option(1e-3, "--lr"),
-        sp_impl: str = typer.Option("megatron", "--sp-impl", help="megatron (save shard, re-gather) | dtensor"),
+        steps: int = typer.Option(DEFAULTS["steps"], "--steps", help="timed steps (after the warm-up; +1 instrumented step)"),
+        warmup: int = typer.Option(DEFAULTS["warmup"], "--warmup"),
+        seq_len: int = typer.Option(DEFAULTS["seq_len"], "--seq-len"),
+        global_batch: int = typer.Option(DEFAULTS["global_batch"], "--global-batch", help="sequences per step"),
+        seed: int = typer.Option(DEFAULTS["seed"], "--seed"),
+        lr: float = typer.Option(DEFAULTS["lr"], "--lr"),
+        sp_impl: str = typer.Option(DEFAULTS["sp_impl"], "--sp-impl", help="megatron (save shard, re-gather) | dtensor"),
         hardware: Optional[str] = typer.Option("local-cpu", "--hardware",
                                                help="profile for the predicted step time ('' to skip)"),
-        out_jsonl: str = typer.Option("profile_results.jsonl", "--out", help="results appended here as they come"),
+        out: Optional[str] = typer.Option(None, "--out", help="folder for results.jsonl (appended as plans finish) "
+                                          "and the launch logs; default runs/profile-<model>-<N>g-<UTC>/"),
         timeout: float = typer.Option(600.0, "--timeout", help="seconds before a plan counts as hung"),
         no_equivalence: bool = typer.Option(False, "--no-equivalence", help="skip the single-process reference"),
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Train plan(s) for a few steps under torchrun; measured vs predicted state bytes, activations,
         collective bytes per axis and step time; equivalence against a single-process run."""
-        from autoplace.errors import InputError
+        from pathlib import Path
+
+        from autoplace.errors import EXIT_NOT_CARRIED_OUT, InputError
+        from autoplace.io import default_run_dir
         from autoplace.plan import parse_plan
         from autoplace.profile.launch import run_plans
         world = check_gpus(gpus)
         if backend not in ("gloo", "nccl"):
             raise InputError(f"--backend must be gloo or nccl, got '{backend}'")
-        if sp_impl not in ("megatron", "dtensor"):
-            raise InputError(f"--sp-impl must be megatron or dtensor, got '{sp_impl}'")
+        if sp_impl not in SP_IMPLS:
+            raise InputError(f"--sp-impl must be {' or '.join(SP_IMPLS)}, got '{sp_impl}'")
         m = resolve_model(model, None)
         plans = [parse_plan(p) for p in plan]
         settings = dict(seq_len=seq_len, global_batch=global_batch, steps=steps, warmup=warmup, seed=seed,
@@ -49,14 +58,19 @@ def register(app: typer.Typer) -> None:
         if hw:
             from autoplace.specs.hardware import resolve_profile_path
             hw = str(resolve_profile_path(hw))
-        recs = run_plans(m, plans, world, backend=backend, out_jsonl=out_jsonl, settings=settings,
-                         hardware=hw, plan_timeout_s=timeout, equivalence=not no_equivalence)
+        out_dir = Path(out) if out else default_run_dir("profile", m.name, world)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise InputError(f"--out: '{out_dir}' is a file; give a folder (results go to DIR/results.jsonl)")
+        recs = run_plans(m, plans, world, backend=backend, out_jsonl=out_dir / "results.jsonl", settings=settings,
+                         hardware=hw, plan_timeout_s=timeout, equivalence=not no_equivalence,
+                         workdir=out_dir / "work")
         if as_json:
             print_json(recs[0] if len(recs) == 1 else recs)
         else:
             typer.echo(render(recs))
+            typer.echo(f"records in {out_dir / 'results.jsonl'}")
         if any(r["status"] != "ok" for r in recs):
-            raise typer.Exit(4)
+            raise typer.Exit(EXIT_NOT_CARRIED_OUT)
 
 
 def _mib(x):

@@ -230,6 +230,8 @@ def register(app: typer.Typer) -> None:
         emit: Optional[str] = typer.Option(None, "--emit", help="write plan.json and launcher files of the winner to DIR"),
         launcher: Optional[List[str]] = typer.Option(None, "--launcher", "-l", help="launcher(s) for --emit (default all)"),
         profile_top: Optional[int] = typer.Option(None, "--profile-top", help="measure the top K plans with torch runs"),
+        profile_out: Optional[str] = typer.Option(None, "--profile-out", help="--profile-top records go to "
+                                                  "DIR/candidates.jsonl (default runs/search-<model>-<N>g-<UTC>/)"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
@@ -275,7 +277,8 @@ def register(app: typer.Typer) -> None:
         result = dict(result, plans=ranked[:top_k], steps=result["steps"][:top_k])
         docs = _docs(m, hw, train, result["plans"], world, headroom)
         stats = result["stats"]
-        profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len) if profile_top else None
+        profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
+                            out_dir=profile_out) if profile_top else None
         if as_json:
             doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
                    "space": sp.to_dict()}
@@ -318,10 +321,11 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
         typer.echo(f"emitted to {res.out_dir}", err=True)
 
 
-def _profile(model, hw, train, ranked, world, k, seq_len=128):
+def _profile(model, hw, train, ranked, world, k, seq_len=128, out_dir=None):
     """Run the first k runnable plans of the ranking for real; the table to stderr, the results
-    (JSON-ready) returned."""
+    (JSON-ready) returned, the records in out_dir (default runs/search-<model>-<N>g-<UTC>/)."""
     from autoplace.errors import AutoplaceError
+    from autoplace.io import default_run_dir
     try:
         from autoplace.profile.candidates import profile_candidates, select_runnable
     except ImportError as e:
@@ -334,7 +338,9 @@ def _profile(model, hw, train, ranked, world, k, seq_len=128):
         return []
     plans = [ranked[i] for i in taken]
     docs = _docs(model, hw, train, plans, world, 0.0)
-    out = profile_candidates(model, plans, hw=hw, train=train, world=world, predicted=docs)
+    out_dir = out_dir or default_run_dir("search", model.name, world)
+    out = profile_candidates(model, plans, hw=hw, train=train, world=world, predicted=docs, out_dir=out_dir)
+    typer.echo(f"--profile-top: records in {out_dir}/candidates.jsonl", err=True)
     for r, i in zip(sorted(out, key=lambda r: r["predicted_rank"]), taken):
         r["search_rank"] = i + 1
     typer.echo(str(out), err=True)

@@ -1,15 +1,18 @@
 """Candidate profiling: run the search's top-K plans for real, compare with the prediction, re-rank.
 
-`profile_candidates(model, plans, nproc, backend, steps, out_jsonl)` is what
+`profile_candidates(model, plans, nproc, backend, steps, out_dir)` is what
 `autoplace search --profile-top K` calls: it runs each plan with the plan runner (torchrun, a few
 steps, scaled to the local devices), and returns one result per plan, ordered by MEASURED step time
-(failed/skipped candidates last, with their error), each with the prediction next to it.
+(failed/skipped candidates last, with their error), each with the prediction next to it. The
+records go to `out_dir/candidates.jsonl` (default: a new `runs/profile-candidates-…/` folder).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from autoplace.io import default_run_dir
 
 
 class CandidateResults(list):
@@ -20,7 +23,7 @@ class CandidateResults(list):
 
 
 def profile_candidates(model, plans, nproc: int | None = None, backend: str | None = None,
-                       steps: int = 3, out_jsonl: str | Path | None = None, *, hardware=None, hw=None,
+                       steps: int = 3, out_dir: str | Path | None = None, *, hardware=None, hw=None,
                        train=None, world: int | None = None, predicted=None, settings: dict | None = None,
                        plan_timeout_s: float = 600.0, equivalence: bool = False,
                        rerank: bool = True) -> "CandidateResults":
@@ -38,10 +41,10 @@ def profile_candidates(model, plans, nproc: int | None = None, backend: str | No
     """
     from autoplace.profile.launch import run_plans
     from autoplace.profile.report import predict_step_time
-    from autoplace.profile.runner import DEFAULTS
+    from autoplace.profile.settings import DEFAULTS
     hardware = hardware if hardware is not None else hw
     backend, nproc = _local_devices(backend, nproc)
-    out_jsonl = out_jsonl or "profile_candidates.jsonl"
+    out_dir = Path(out_dir) if out_dir else default_run_dir("profile-candidates", model.name, nproc)
     scaled = [_scale(p, nproc) for p in plans]
     pmodel = scale_model(model, scaled, backend, nproc)
     s = {"steps": int(steps)}
@@ -49,17 +52,15 @@ def profile_candidates(model, plans, nproc: int | None = None, backend: str | No
         s["seq_len"] = int(min(train.seq_len, 256 if backend == "gloo" else 2048, pmodel.max_seq_len))
     s["global_batch"] = _global_batch(scaled)
     s.update(settings or {})
-    recs = run_plans(pmodel, scaled, nproc, backend=backend, out_jsonl=out_jsonl, settings=s,
-                     hardware=hardware, plan_timeout_s=plan_timeout_s, equivalence=equivalence)
+    recs = run_plans(pmodel, scaled, nproc, backend=backend, out_jsonl=out_dir / "candidates.jsonl",
+                     settings=s, hardware=hardware, plan_timeout_s=plan_timeout_s, equivalence=equivalence,
+                     workdir=out_dir / "work")
     full = dict(DEFAULTS, **s)
     results = CandidateResults()
     for i, (p, rec) in enumerate(zip(scaled, recs)):
         pred = rec.get("predicted_step_s")
         if pred is None and hardware is not None and rec.get("legal", True):
-            try:
-                pred = predict_step_time(pmodel, full, p.resolved(nproc), nproc, hardware)
-            except Exception:
-                pred = None
+            pred = predict_step_time(pmodel, full, p.resolved(nproc), nproc, hardware)
         meas = rec.get("step_s") if rec.get("status") == "ok" else None
         sp = None
         if predicted is not None and i < len(predicted):
@@ -81,12 +82,11 @@ def select_runnable(model, plans, k: int, nproc: int | None = None, backend: str
                     seq_len: int = 128) -> tuple[list[int], list[tuple[int, str]]]:
     """The first k of the ranked `plans` that the plan runner can execute here, after scaling to
     nproc ranks, one per distinct scaled configuration: (indices taken, [(index, why skipped)]).
-    The reasons are the runner's own checks (`runner._validate`), without launching anything."""
-    from types import SimpleNamespace
-
-    from autoplace.profile.runner import DEFAULTS, Unsupported, _validate
+    The reasons are the runner's own checks (`capabilities.runner_refusals`), without launching
+    anything."""
+    from autoplace.profile.capabilities import runner_refusals
+    from autoplace.profile.settings import DEFAULTS
     backend, nproc = _local_devices(backend, nproc)
-    rt = SimpleNamespace(world=nproc, device=SimpleNamespace(type="cuda" if backend == "nccl" else "cpu"))
     taken, skipped, seen = [], [], set()
     for i, p in enumerate(plans):
         if len(taken) >= k:
@@ -94,10 +94,9 @@ def select_runnable(model, plans, k: int, nproc: int | None = None, backend: str
         q = _scale(p, nproc)
         spec = scale_model(model, [q], backend, nproc)
         job = dict(DEFAULTS, seq_len=min(seq_len, spec.max_seq_len), global_batch=_global_batch([q]))
-        try:
-            _validate(q, spec, job, rt)
-        except Unsupported as e:
-            skipped.append((i, str(e)))
+        why = runner_refusals(q, spec, job, backend, world=nproc)
+        if why:
+            skipped.append((i, "; ".join(why)))
             continue
         key = q.short()
         if key in seen:
@@ -154,7 +153,7 @@ def _cuda_budget() -> float:
     import torch
     try:
         return 0.5 * torch.cuda.get_device_properties(0).total_memory
-    except Exception:
+    except (AssertionError, RuntimeError):  # torch without CUDA, or no device visible
         return 8 * 2**30
 
 

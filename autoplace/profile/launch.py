@@ -25,8 +25,18 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from autoplace.io import append_jsonl, read_jsonl
 from autoplace.profile.report import build_record
-from autoplace.profile.runner import DEFAULTS
+from autoplace.profile.settings import DEFAULTS
+
+
+def worker_env(env: dict | None = None) -> dict:
+    """The environment of a torchrun worker: ours, `env` on top, and the package importable from
+    the worker whatever its working directory (this checkout first on PYTHONPATH)."""
+    penv = dict(os.environ, **(env or {}))
+    root = str(Path(__file__).resolve().parents[2])
+    penv["PYTHONPATH"] = root + (os.pathsep + penv["PYTHONPATH"] if penv.get("PYTHONPATH") else "")
+    return penv
 
 
 def torchrun_argv(nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
@@ -42,28 +52,6 @@ def torchrun_argv(nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
     else:
         base += ["--standalone"]
     return base + ["--nproc-per-node", str(nproc)]
-
-
-def _read_jsonl(path) -> list[dict]:
-    p = Path(path)
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    return out
-
-
-def _append(path, obj) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 _KEEP = ("error", "traceback", "exitcode", "signal", "killed", "failed", "exception", "oom", "memory")
@@ -100,7 +88,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
     """Run every plan on `nproc` local ranks; return their records (also appended to out_jsonl).
 
     model: ModelSpec; plans: list of Plan (dp may be 0 → derived from nproc); settings: seq_len,
-    global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see runner.DEFAULTS).
+    global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see settings.DEFAULTS).
     """
     settings = dict(DEFAULTS, **(settings or {}))
     out_jsonl = Path(out_jsonl)
@@ -111,7 +99,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
     hw_ref = None
     if hardware is not None:
         hw_ref = str(getattr(hardware, "source", hardware))
-    before = len(_read_jsonl(out_jsonl))
+    before = len(read_jsonl(out_jsonl))
     remaining = list(range(len(plans)))
     launches = 0
     records: dict[int, dict] = {}
@@ -130,11 +118,8 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
         job_path.write_text(json.dumps(job))
         argv = torchrun_argv(nproc) + ["-m", "autoplace.profile.worker", "--job", str(job_path)]
         stderr_path = work / f"{tag}.stderr.txt"
-        penv = dict(os.environ, **(env or {}))
+        penv = worker_env(env)
         penv.setdefault("PYTHONUNBUFFERED", "1")
-        # make the package importable from the worker whatever the cwd
-        root = str(Path(__file__).resolve().parents[2])
-        penv["PYTHONPATH"] = root + (os.pathsep + penv["PYTHONPATH"] if penv.get("PYTHONPATH") else "")
         with open(stderr_path, "w") as errf:
             proc = subprocess.Popen(argv, stdout=errf, stderr=subprocess.STDOUT, env=penv,
                                     start_new_session=True)
@@ -142,7 +127,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
             timed_out = None
             while proc.poll() is None:
                 time.sleep(0.25)
-                events = _read_jsonl(progress)
+                events = read_jsonl(progress)
                 started = [e for e in events if e["event"] == "start"]
                 done = {e["index"] for e in events if e["event"] == "done"}
                 current = started[-1] if started and started[-1]["index"] not in done else None
@@ -156,10 +141,10 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
                     _kill(proc)
                     break
         rc = proc.returncode
-        events = _read_jsonl(progress)
+        events = read_jsonl(progress)
         done = [e["index"] for e in events if e["event"] == "done"]
         started = [e["index"] for e in events if e["event"] == "start"]
-        for rec in _read_jsonl(out_jsonl)[before:]:
+        for rec in read_jsonl(out_jsonl)[before:]:
             if rec.get("index") is not None:
                 records[rec["index"]] = rec
         remaining = [i for i in remaining if i not in done]
@@ -173,7 +158,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
         for f in sorted(work.glob(f"{progress.name}.rank*.err")):
             try:
                 errors.append(json.loads(f.read_text()))
-            except Exception:
+            except (OSError, json.JSONDecodeError):  # a file cut short by the crash it reports
                 pass
             f.unlink()
         if failed is None:
@@ -183,7 +168,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
                 rec = build_record(model, settings, plans[i], nproc, None, status=status,
                                    error=f"torchrun exited with {rc} before running a plan:\n{tail}",
                                    backend=backend, index=i)
-                _append(out_jsonl, rec)
+                append_jsonl(out_jsonl, rec)
                 records[i] = rec
             remaining = []
             break
@@ -198,7 +183,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
             err += "\n" + tail
         rec = build_record(model, settings, plans[failed], nproc, None, status=status, error=err,
                            backend=backend, index=failed)
-        _append(out_jsonl, rec)
+        append_jsonl(out_jsonl, rec)
         records[failed] = rec
         remaining = [i for i in remaining if i != failed]
         if verbose:

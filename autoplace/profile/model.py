@@ -35,8 +35,6 @@ backward per layer, the "10 units" of autoplace.cost.comm.tp_units_per_layer). T
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -416,4 +414,3 @@ def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, 
 
 __all__ = ["Decoder", "RMSNorm", "init_weights", "make_batch", "cross_entropy", "reference_run",
            "count_params", "swiglu", "note_saved", "rope_tables"]
-_ = math

@@ -49,24 +49,28 @@ def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None) -
     from autoplace.placement.rules import Ctx
     train = train_spec(settings)
     ctx = Ctx(spec, train, world)
-    P, G, O = model_state_bytes(ctx, plan, stage)
+    params, grads, optim = model_state_bytes(ctx, plan, stage)
     out = {"stage": stage,
-           "state_bytes": {"params": float(np.asarray(P)), "grads": float(np.asarray(G)),
-                           "optimizer": float(np.asarray(O))},
+           "state_bytes": {"params": float(np.asarray(params)), "grads": float(np.asarray(grads)),
+                           "optimizer": float(np.asarray(optim))},
            "activation_bytes": float(np.asarray(stage_activation_bytes(ctx, plan, stage)))}
     try:
         from autoplace.cost.comm import comm_bytes_per_step
         cb = comm_bytes_per_step(ctx, plan, stage)
         out["collective_bytes"] = {k: float(np.asarray(cb[k])) for k in ("dp", "tp", "pp", "cp", "ep")}
         out["offload_bytes"] = float(np.asarray(cb.get("offload", 0.0)))
-    except Exception as e:  # cost model piece missing: report, do not fail the measurement
+    except Exception as e:  # noqa: BLE001 - written into the record, see below
+        # runs in the worker after the plan was measured: a failing prediction must not lose the
+        # measurement, so the error goes into the record (`collective_error`, `step_error`); the
+        # launching process predicts again where it needs the number and raises there
+        # (`candidates.profile_candidates`)
         out["collective_bytes"] = None
         out["collective_error"] = f"{type(e).__name__}: {e}"
     out["step_s"] = None
     if hardware:
         try:
             out["step_s"] = predict_step_time(spec, settings, plan, world, hardware)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - as above
             out["step_error"] = f"{type(e).__name__}: {e}"
     return out
 

@@ -25,24 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def _append(path: str | Path, obj: dict) -> None:
-    line = json.dumps(obj, default=_default) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _default(o):
-    import numpy as np
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    return str(o)
+from autoplace.io import append_jsonl
 
 
 def _inject_fault(idx: int, rank: int) -> None:
@@ -70,9 +53,11 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     from autoplace.plan import Plan
+    from autoplace.profile.capabilities import Unsupported
+    from autoplace.profile.dist import Runtime
     from autoplace.profile.model import reference_run
     from autoplace.profile.report import build_record
-    from autoplace.profile.runner import Runtime, Unsupported, describe_exception, run_plan
+    from autoplace.profile.runner import describe_exception, run_plan
     from autoplace.specs.model import ModelSpec
 
     spec = ModelSpec(**job["model"])
@@ -94,7 +79,7 @@ def main(argv=None) -> int:
         idx = item["index"]
         plan = Plan.from_dict(item["plan"])
         if rank == 0:
-            _append(progress, {"event": "start", "index": idx, "t": time.time()})
+            append_jsonl(progress, {"event": "start", "index": idx, "t": time.time()})
         dist.barrier()
         t0 = time.time()
         try:
@@ -117,8 +102,8 @@ def main(argv=None) -> int:
                                status=status, error=err, backend=rt.backend,
                                hardware=job.get("hardware"), wall_s=time.time() - t0,
                                index=idx, tolerance=job.get("tolerance"))
-            _append(job["out_jsonl"], rec)
-            _append(progress, {"event": "done", "index": idx, "t": time.time()})
+            append_jsonl(job["out_jsonl"], rec)
+            append_jsonl(progress, {"event": "done", "index": idx, "t": time.time()})
         dist.barrier()
     dist.destroy_process_group()
     return 0

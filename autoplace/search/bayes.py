@@ -160,17 +160,21 @@ def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3) -> list:
 
 
 def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: int = 0,
-              seed_plans=(), timeout_s: float | None = None, top_k: int = 5, progress=None) -> dict:
-    """TPE search; returns the same result dict as run_exhaustive (optimal = False)."""
+              seed_plans=(), timeout_s: float | None = None, top_k: int = 5, progress=None,
+              extra_rules=()) -> dict:
+    """TPE search; returns the same result dict as run_exhaustive (optimal = False).
+
+    extra_rules: `Rule`s applied after `rules.RULES`, in the enumeration and in each trial's
+    legality count (`autoplace.search.pruning`)."""
     import optuna
+
     from autoplace.cost.memory import memory_limit
     from autoplace.cost.step import evaluate
-    from autoplace.placement.rules import check
     from autoplace.search.enumerate import enumerate_space
 
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    en = enumerate_space(ctx, space, collapse_block=False)
+    en = enumerate_space(ctx, space, collapse_block=False, extra_rules=extra_rules)
     dec = Decoder(en)
     if en.evaluated == 0:
         return {"top": PlanBatch.empty(), "steps": np.zeros(0), "closest": None, "closest_ratio": math.inf,
@@ -200,7 +204,7 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
         if key in seen:
             step, viol, illegal = seen[key][:3]
         else:
-            illegal = len(check(ctx, plan))
+            illegal = sum(1 for r in en.rules if r.illegal and bool(r.violated(ctx, plan)))
             with np.errstate(all="ignore"):
                 ev = evaluate(ctx, hw, b, headroom)
             step = float(np.asarray(ev["step_s"]).reshape(-1)[0])

@@ -188,7 +188,7 @@ def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_li
     variants of them with other pp, even those that do not divide L); returns (plans, steps, info)."""
     from autoplace.cost.step import evaluate
     from autoplace.placement.rules import check
-    from autoplace.search.ilp import refine
+    from autoplace.search.ilp import StageModelError, refine
     info = {"refined": 0, "improved": 0, "solver": None, "status": {}}
     new = list(zip(steps, range(len(plans)), plans))
     parents = []
@@ -206,7 +206,7 @@ def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_li
         seen.add(p)
         try:
             r = refine(ctx, hw, p, headroom, time_limit_s)
-        except ValueError as e:
+        except StageModelError as e:
             info["status"][str(e)] = info["status"].get(str(e), 0) + 1
             continue
         if r is None:

@@ -24,31 +24,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoplace.cost import memory as Mm
-from autoplace.search.batch import PlanBatch
-from autoplace.search.enumerate import DEFAULT_CHUNK, Block, Enumeration, enumerate_space, rules_separable
+from autoplace.cost import memory
+from autoplace.cost.step import evaluate
+from autoplace.search.batch import COLUMNS, GridBatch, PlanBatch
+from autoplace.search.blocks import Block
+from autoplace.search.enumerate import DEFAULT_CHUNK, Enumeration, enumerate_space
+from autoplace.search.pruning import rules_separable
 
 RESULT_KEYS = ("step_s", "fits", "peak_bytes", "limit_bytes")
 
 
-def _evaluate():
-    from autoplace.cost.step import evaluate
-    return evaluate
+def evaluate_block(ctx, hw, grid: GridBatch, headroom: float = 0.0, keys=RESULT_KEYS) -> dict:
+    """evaluate() on a GridBatch → flat arrays (C order).
 
-
-def evaluate_block(ctx, hw, grid, headroom: float = 0.0, keys=RESULT_KEYS) -> dict:
-    """evaluate() on a GridBatch → flat arrays (C order); falls back to the flattened batch if the
-    step model does not broadcast over n-D blocks."""
-    ev_fn = _evaluate()
+    The cost model broadcasts over any block: every column of a GridBatch is broadcastable to its
+    shape (checked when the block is built), so there is no flattened fallback; an exception here
+    is a cost-model bug and propagates."""
     with np.errstate(all="ignore"):
-        try:
-            ev = ev_fn(ctx, hw, grid, headroom)
-            return {k: grid.full(ev[k]) for k in keys}
-        except (ValueError, IndexError, TypeError):
-            flat = grid.flat()
-            ev = ev_fn(ctx, hw, flat, headroom)
-            n = len(flat)
-            return {k: np.broadcast_to(np.asarray(ev[k]), (n,)).copy() for k in keys}
+        ev = evaluate(ctx, hw, grid, headroom)
+    return {k: grid.full(ev[k]) for k in keys}
 
 
 @dataclass
@@ -106,15 +100,14 @@ def _block_layers(ctx, hw, blk: Block, space, headroom: float):
     sh = [1] * nd
     sh[ra] = 2
     rl01 = np.array([0, 1], dtype=np.int64).reshape(sh)
-    from autoplace.search.batch import COLUMNS, GridBatch
     cols = {c: getattr(sub, c) for c in COLUMNS}
     cols["recompute_layers"] = rl01
     g2 = GridBatch(tuple(shape2), **cols)
-    limit = Mm.memory_limit(hw, headroom)
+    limit = memory.memory_limit(hw, headroom)
     need = None
     with np.errstate(all="ignore"):
         for i in (0, g2.pp - 1):
-            M = np.broadcast_to(Mm.stage_memory(ctx, hw, g2, i)["total"], g2.shape)
+            M = np.broadcast_to(memory.stage_memory(ctx, hw, g2, i)["total"], g2.shape)
             M0, M1 = M[blk.on_rc(slice(0, 1))], M[blk.on_rc(slice(1, 2))]
             slope = M0 - M1
             r = np.where(M0 <= limit, 0.0,
@@ -201,7 +194,9 @@ def _merge(parts: list, k: int) -> dict:
         for rid, v in part["pruned"].items():
             out["pruned"][rid] = out["pruned"].get(rid, 0) + v
         if t.batch is not None and len(t.batch):
-            steps.append(t.steps); keys.append(t.keys); batches.append(t.batch)
+            steps.append(t.steps)
+            keys.append(t.keys)
+            batches.append(t.batch)
         if t.close_batch is not None and (t.close_ratio < top.close_ratio or
                                           (t.close_ratio == top.close_ratio and t.close_key < top.close_key)):
             top.close_ratio, top.close_key, top.close_batch = t.close_ratio, t.close_key, t.close_batch
@@ -235,7 +230,7 @@ def default_workers(n_eval: int) -> int:
 
 def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
                    collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None,
-                   workers: int | None = None, threshold: float | None = None) -> dict:
+                   workers: int | None = None, threshold: float | None = None, extra_rules=()) -> dict:
     """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
     top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio.
 
@@ -243,10 +238,14 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
     `faster_than_threshold`; a collapsed block-recompute family counts once).
 
     workers: processes to spread blocks over (fork; default: all CPUs when the search has more
-    than PARALLEL_MIN evaluations, else 1)."""
+    than PARALLEL_MIN evaluations, else 1).
+
+    extra_rules: `Rule`s applied after `rules.RULES` when the enumeration is built here
+    (`autoplace.search.pruning`); a given `enumeration` carries its own."""
     global _JOB
     t0 = time.perf_counter()
-    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block)
+    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block,
+                                        extra_rules=extra_rules)
     separable = rules_separable(ctx, en)
     specs = en.block_specs(chunk)
     total = en.evaluated
@@ -265,12 +264,11 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             # interleave blocks over tasks (blocks of one signature are similar in cost)
             n_tasks = min(len(specs), n_workers * 6)
             tasks = [list(range(i, len(specs), n_tasks)) for i in range(n_tasks)]
-            sizes = [sum(int(np.prod(specs[j][0][:len(en.groups)])) * len(specs[j][1]) for j in t) for t in tasks]
             _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold)
             try:
                 with mctx.Pool(n_workers) as pool:
                     done = 0
-                    for part, sz in zip(pool.imap(_work, tasks), sizes):
+                    for part in pool.imap(_work, tasks):
                         parts.append(part)
                         done += part["evaluated"]
                         if progress is not None:

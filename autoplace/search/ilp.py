@@ -85,8 +85,10 @@ class ILPResult:
     optimal: bool
 
 
-class NoSplitError(AutoplaceError):
-    exit_code = 3
+class StageModelError(ValueError):
+    """The plan lies outside what the per-stage linear model covers (pp < 2, interleaving, or a
+    per-stage cost that is not linear in the layer counts): the ILP does not apply to it. Raised
+    by `stage_model` on purpose; any other exception there is a cost-model bug and propagates."""
 
 
 # ---- coefficients from the cost model ---------------------------------------------------------
@@ -100,15 +102,15 @@ def _probe_plan(plan, p, n, r, recompute):
 def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = None,
                 check_linear: bool = True, equal_middle: bool = False) -> StageModel:
     """Fit the per-stage linear coefficients of `plan` (pp > 1, v = 1) from the cost functions."""
-    from autoplace.cost import memory as M
+    from autoplace.cost import memory
     from autoplace.cost.step import stage_times
     from autoplace.plan import micro_batches
     p = int(plan.pp)
     L = int(ctx.model.layers)
     if p < 2:
-        raise ValueError("stage_model needs pp > 1")
+        raise StageModelError("stage_model needs pp > 1")
     if plan.v != 1:
-        raise ValueError("non-uniform splits are modelled for 1F1B/GPipe (v = 1) only")
+        raise StageModelError("non-uniform splits are modelled for 1F1B/GPipe (v = 1) only")
     if recompute is None:
         recompute = plan.recompute in ("none", "block")
     idx = np.arange(p)
@@ -116,7 +118,7 @@ def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = N
 
     def mem(n, r):
         q = _probe_plan(plan, p, n, r, recompute)
-        return np.broadcast_to(np.asarray(M.stage_memory(ctx, hw, q, idx)["total"], dtype=float), (p,))
+        return np.broadcast_to(np.asarray(memory.stage_memory(ctx, hw, q, idx)["total"], dtype=float), (p,))
 
     def tim(n, r):
         q = _probe_plan(plan, p, n, r, recompute)
@@ -138,9 +140,9 @@ def stage_model(ctx, hw, plan, headroom: float = 0.0, recompute: bool | None = N
         for name, got, want in (("memory", m3, alpha + beta * n3 + gamma * r3), ("time", t3, a_ + b_ * n3 + c_ * r3)):
             err = np.max(np.abs(got - want) / np.maximum(np.abs(got), 1e-12))
             if not np.isfinite(err) or err > 1e-6:
-                raise ValueError(f"per-stage {name} is not linear in (layers, recomputed layers) "
+                raise StageModelError(f"per-stage {name} is not linear in (layers, recomputed layers) "
                                  f"(relative residual {err:.2e}); the ILP would be inexact")
-    limit = M.memory_limit(hw, headroom)
+    limit = memory.memory_limit(hw, headroom)
     up = lambda x: int(math.ceil(x / MIB - 1e-9))  # noqa: E731
     us = lambda x: int(round(x / US))  # noqa: E731
     m = int(round(float(micro_batches(plan, ctx.train.global_batch))))
@@ -217,17 +219,25 @@ def solve_milp(sm: StageModel, time_limit_s: float = 10.0) -> ILPResult:
     c[p:2 * p] = sm.c
     c[-1] = sm.m - 1
     A, lb, ub = [], [], []
-    row = np.zeros(nv); row[:p] = 1; A.append(row); lb.append(sm.L); ub.append(sm.L)
+
+    def constrain(coef: dict, low: float, high: float) -> None:
+        """low ≤ Σ coef[j]·x[j] ≤ high (j: variable index, −1 = t_max)."""
+        row = np.zeros(nv)
+        for j, v in coef.items():
+            row[j] = v
+        A.append(row)
+        lb.append(low)
+        ub.append(high)
+
+    constrain({i: 1 for i in range(p)}, sm.L, sm.L)                               # Σ n_i = L
     for i in range(p):
-        row = np.zeros(nv); row[p + i] = 1; row[i] = -1; A.append(row); lb.append(-np.inf); ub.append(0)
-        row = np.zeros(nv); row[i] = sm.beta[i]; row[p + i] = sm.gamma[i]; A.append(row)
-        lb.append(-np.inf); ub.append(sm.limit - sm.alpha[i])
-        row = np.zeros(nv); row[i] = sm.b[i]; row[p + i] = sm.c[i]; row[-1] = -1; A.append(row)
-        lb.append(-np.inf); ub.append(-sm.a[i])
+        constrain({p + i: 1, i: -1}, -np.inf, 0)                                  # r_i ≤ n_i
+        constrain({i: sm.beta[i], p + i: sm.gamma[i]}, -np.inf, sm.limit - sm.alpha[i])  # memory
+        constrain({i: sm.b[i], p + i: sm.c[i], -1: -1}, -np.inf, -sm.a[i])        # t_i ≤ t_max
     if sm.equal_middle:
         for i in range(2, p - 1):
             for off in (0, p):
-                row = np.zeros(nv); row[off + i] = 1; row[off + 1] = -1; A.append(row); lb.append(0); ub.append(0)
+                constrain({off + i: 1, off + 1: -1}, 0, 0)
     lo = np.r_[np.ones(p), np.zeros(p), -np.inf]
     hi = np.r_[nmax, (nmax if sm.recompute else np.zeros(p)), np.inf]
     res = milp(c, integrality=np.r_[np.ones(2 * p), 0], bounds=Bounds(lo, hi),
@@ -299,7 +309,7 @@ def refine(ctx, hw, plan, headroom: float = 0.0, time_limit_s: float = 10.0, sol
         base = plan if (not rec or plan.recompute in ("none", "block")) else plan.with_(recompute="none")
         try:
             sm = stage_model(ctx, hw, base, headroom, recompute=rec)
-        except ValueError:
+        except StageModelError:
             continue
         res = solve(sm, time_limit_s, solver)
         if not res.layer_split:

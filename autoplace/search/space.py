@@ -17,6 +17,9 @@ Knobs not named take a single neutral value (tp = pp = cp = ep = 1, zero 0, no S
 no offload, mbs 1, 1F1B, Megatron rank order), or the values of the space named by `extends`.
 Degrees are further restricted to divisors of the GPU count by the enumerator; the composition
 rules then prune what is illegal (and count it).
+
+Keys are exact, at every level (the top level, [knobs], range tables): a misspelt key is an
+`InputError` (exit code 1, bad input) that names it and lists the valid keys, never a silent default.
 """
 
 from __future__ import annotations
@@ -174,6 +177,15 @@ def _err(src: str, msg: str) -> InputError:
     return InputError(f"search space {src}: {msg}")
 
 
+def _check_keys(src: str, table: dict, valid, what: str, where: str = "") -> None:
+    """Exact keys: an InputError naming every unknown key of `table` and listing the valid ones."""
+    unknown = [k for k in table if k not in valid]
+    if unknown:
+        names = ", ".join(f"'{k}'" for k in unknown)
+        raise _err(src, f"{where}unknown {what}{'s' if len(unknown) > 1 else ''} {names}; "
+                        f"valid: {', '.join(valid)}")
+
+
 def _as_list(src, key, raw):
     if isinstance(raw, list):
         if not raw:
@@ -194,10 +206,11 @@ def _choice(src: str, key: str, raw, allow=()) -> Choice:
         raise _err(src, f"knob '{key}' = '{raw}': write a list of integers, \"divisors\", "
                         f"or a range {{ min = 1, max = 8, pow2 = true }}")
     if isinstance(raw, dict):
-        unknown = set(raw) - {"min", "max", "pow2", "step"}
-        if unknown:
-            raise _err(src, f"knob '{key}': unknown range key(s) {', '.join(sorted(unknown))} "
-                            f"(use min, max, pow2, step)")
+        # `step` thins a plain range; degree, mbs and vpp ranges are divisors, where a step means nothing
+        valid = ("min", "max", "pow2", "step") if key == "recompute_layers" else ("min", "max", "pow2")
+        _check_keys(src, raw, valid, "range key", where=f"knob '{key}': ")
+        if not isinstance(raw.get("pow2", False), bool):
+            raise _err(src, f"knob '{key}': range pow2 must be true or false, got {raw['pow2']!r}")
         lo, hi = raw.get("min", 1), raw.get("max")
         step = raw.get("step", 1)
         for name, v in (("min", lo), ("max", hi), ("step", step)):
@@ -294,29 +307,33 @@ def _parse_knob(src: str, key: str, raw):
 
 
 def space_from_dict(raw: dict, source: str, _seen: tuple = ()) -> Space:
+    """A Space from a parsed space file. Keys are exact: an unknown key at the top level, in
+    [knobs] or in a range table is an InputError (exit 1) that names it and lists the valid keys."""
     src = source
-    top_allowed = {"name", "description", "extends", "knobs", "launchers", "notes"}
-    unknown = [k for k in raw if k not in top_allowed and k not in KNOB_NAMES]
-    if unknown:
-        raise _err(src, f"unknown key '{unknown[0]}'; valid: {', '.join(sorted(top_allowed))} "
-                        f"and the knobs {', '.join(KNOB_NAMES)}")
+    top_allowed = ("name", "description", "extends", "knobs", "launchers", "notes")
+    _check_keys(src, raw, top_allowed + KNOB_NAMES, "key")
+    for k in ("name", "description", "extends"):
+        if k in raw and not isinstance(raw[k], str):
+            raise _err(src, f"'{k}' must be a string, got {raw[k]!r}")
     base = Space()
     if raw.get("extends"):
         ext = str(raw["extends"])
         if ext in _seen:
             raise _err(src, f"'extends = \"{ext}\"' is circular")
         base = load_space(ext, _seen=_seen + (ext,))
-    knobs = dict(raw.get("knobs", {}) or {})
+    knobs = raw.get("knobs", {})
     if not isinstance(knobs, dict):
-        raise _err(src, "[knobs] must be a table")
+        raise _err(src, f"[knobs] must be a table, got {knobs!r}")
+    _check_keys(src, knobs, KNOB_NAMES, "knob")
+    knobs = dict(knobs)
     for k in KNOB_NAMES:          # knobs may also be written at top level
         if k in raw:
+            if k in knobs:
+                raise _err(src, f"knob '{k}' is set both at the top level and in [knobs]; keep one")
             knobs[k] = raw[k]
     kw = {}
     extras = dict(base.extras)
     for key, val in knobs.items():
-        if key not in KNOB_NAMES:
-            raise _err(src, f"unknown knob '{key}'; valid knobs: {', '.join(KNOB_NAMES)}")
         if key in CORE_KNOBS:
             kw[key] = _parse_knob(src, key, val)
         else:

@@ -1,0 +1,58 @@
+"""The package's shape: layering (nothing below the CLI imports it), the registered commands, the
+specification the docstrings cite, and run outputs kept out of the tree."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import autoplace
+
+PKG = Path(autoplace.__file__).resolve().parent
+ROOT = PKG.parent
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def test_nothing_outside_the_cli_imports_the_cli():
+    # lazy imports inside functions count too (ast.walk sees every import statement)
+    offenders = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                       if "cli" not in p.relative_to(PKG).parts[:1] and p.name != "__main__.py"
+                       and any(m == "autoplace.cli" or m.startswith("autoplace.cli.") for m in _imports(p)))
+    assert offenders == []
+
+
+def test_every_command_module_is_registered():
+    from typer.main import get_command
+
+    from autoplace.cli import app
+    modules = sorted(p.stem for p in (PKG / "cli").glob("*.py")
+                     if "def register(" in p.read_text(encoding="utf-8"))
+    assert modules == ["calibrate", "estimate", "export", "profile", "search", "validate"]
+    assert sorted(get_command(app).commands) == modules
+
+
+def test_the_cited_specification_ships_with_the_package():
+    spec = PKG / "docs" / "placement_semantics.md"
+    text = spec.read_text(encoding="utf-8")
+    assert text.startswith("# Placement semantics")
+    cited = [p for p in PKG.rglob("*.py") if "placement_semantics.md" in p.read_text(encoding="utf-8")]
+    assert len(cited) >= 5                         # the docstrings that cite it
+    import tomllib
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    data = pyproject["tool"]["setuptools"]["package-data"]["autoplace"]
+    assert "docs/*.md" in data and "runtimes/*.toml" in data
+
+
+def test_run_outputs_are_ignored_not_tracked():
+    assert "/runs/" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+    assert not (ROOT / "profile_results.jsonl").exists() and not (ROOT / "profile_candidates.jsonl").exists()
