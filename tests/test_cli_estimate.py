@@ -156,7 +156,8 @@ def test_illegal_plan_exit_2_lists_rules(args, rules, as_json):
 def _bad_inputs(tmp: Path):
     missing = tmp / "missing" / "config.json"
     missing.parent.mkdir(parents=True, exist_ok=True)
-    missing.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8,
+    # no model_type: a known family would fill hidden_size from its transformers defaults
+    missing.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 8,
                                    "intermediate_size": 1024, "vocab_size": 1000}))
     broken = tmp / "broken" / "config.json"
     broken.parent.mkdir(parents=True, exist_ok=True)

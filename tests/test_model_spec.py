@@ -218,6 +218,39 @@ def test_moe_sparse_step_halves_expert_layers():
     assert half.active_params() <= half.total_params()
 
 
+def test_deepseek_v3_shape_counts_671b():
+    """The MLA + MoE shape of DeepSeek-V3 (HF config) gives 671,026,404,352 main-model parameters."""
+    m = ModelSpec(name="dsv3", layers=61, hidden=7168, heads=128, vocab=129280, ffn_hidden=18432,
+                  num_experts=256, top_k=8, expert_ffn_hidden=2048, shared_expert_ffn_hidden=2048,
+                  dense_layer_ids=(0, 1, 2), q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                  qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1)
+    assert m.total_params() == 671_026_404_352 and m.mtp_params() == 11_610_067_968
+
+
+def test_norms_per_layer_counts_norm_modules():
+    g = PRESETS["7b"]
+    assert g.norms_per_layer == 2
+    assert g.with_(norms_per_layer=4).total_params() - g.total_params() == 32 * 2 * 4096
+    lnorm = PRESETS["gpt-1.7b"]
+    assert lnorm.with_(norms_per_layer=1).total_params() == lnorm.total_params() - 24 * 2 * 2304
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(q_lora_rank=1536), "model.q_lora_rank is a multi-head latent attention width"),
+    (dict(v_head_dim=128), "model.v_head_dim is a multi-head latent attention width"),
+    (dict(global_every=2), "model.global_every=2 needs sliding_window > 0"),
+    (dict(sliding_window=128, global_every=1), "model.global_every=1"),
+    (dict(sliding_window=-1), "model.sliding_window must be a non-negative integer"),
+    (dict(norms_per_layer=2.0), "model.norms_per_layer must be a non-negative integer"),
+    (dict(pretrain_seq_len=-4096), "model.pretrain_seq_len must be a non-negative integer"),
+    (dict(moe_layer_freq=0), "model.moe_layer_freq must be a positive integer"),
+])
+def test_model_fields_must_fit_each_other(kw, needle):
+    with pytest.raises(InputError, match=needle.replace(".", r"\.")) as e:
+        PRESETS["7b"].with_(**kw)
+    assert e.value.exit_code == 1 and "\n" not in str(e.value)
+
+
 # ---- hypothesis properties ---------------------------------------------------------------------
 _shapes = st.builds(
     lambda l, d, a, g, f, v, gated, tied: ModelSpec(
@@ -576,20 +609,38 @@ def test_err_json_not_an_object(tmp_path):
     assert "JSON object" in _err(tmp_path, raw="[1, 2, 3]")
 
 
+def _no_family(cfg: dict) -> dict:
+    """The same fields without model_type: no transformers defaults to fall back on."""
+    return {k: v for k, v in cfg.items() if k != "model_type"}
+
+
 def test_err_missing_heads_names_field(tmp_path):
-    cfg = {k: v for k, v in LLAMA2_7B.items() if k != "num_attention_heads"}
+    cfg = {k: v for k, v in _no_family(LLAMA2_7B).items() if k != "num_attention_heads"}
     msg = _err(tmp_path, cfg)
     assert "missing 'num_attention_heads' (or 'n_head'" in msg and "--params" in msg
 
 
+def test_missing_field_of_a_known_family_takes_the_transformers_default(tmp_path):
+    """LlamaConfig's num_attention_heads default is 32 (configuration_llama.py)."""
+    cfg = {k: v for k, v in LLAMA2_7B.items() if k != "num_attention_heads"}
+    s = load_hf_config(_write(tmp_path, cfg))
+    assert s.heads == 32 and s.total_params() == 6_738_415_616
+    assert "transformers defaults (configuration_llama.py): num_attention_heads=32" in s.source
+
+
 def test_err_missing_gpt2_field_names_gpt2_spelling(tmp_path):
-    cfg = {k: v for k, v in GPT2.items() if k != "n_layer"}
-    assert "missing 'n_layer' (or 'num_hidden_layers'" in _err(tmp_path, cfg)
+    cfg = {k: v for k, v in _no_family(GPT2).items() if k != "n_layer"}
+    assert "missing 'num_hidden_layers' (or 'n_layer'" in _err(tmp_path, cfg)
+    gpt2 = load_hf_config(_write(tmp_path, {k: v for k, v in GPT2.items() if k != "n_layer"}, "b"))
+    assert gpt2.layers == 12 and "n_layer=12" in gpt2.source       # GPT2Config default
 
 
 def test_err_missing_intermediate_size(tmp_path):
-    cfg = {k: v for k, v in MISTRAL_7B.items() if k != "intermediate_size"}
+    cfg = {k: v for k, v in _no_family(MISTRAL_7B).items() if k != "intermediate_size"}
     assert "'intermediate_size'" in _err(tmp_path, cfg)
+    s = load_hf_config(_write(tmp_path, {k: v for k, v in MISTRAL_7B.items()
+                                         if k != "intermediate_size"}, "b"))
+    assert s.ffn_hidden == 14336 and s.total_params() == 7_241_732_096   # MistralConfig default
 
 
 @pytest.mark.parametrize("field,value", [("hidden_size", 0), ("num_hidden_layers", -2),
@@ -613,6 +664,10 @@ def test_err_moe_top_k_exceeds_experts(tmp_path):
     assert "'num_experts_per_tok'=9" in _err(tmp_path, dict(MIXTRAL_8X7B, num_experts_per_tok=9))
 
 
-def test_err_mla_not_modelled(tmp_path):
-    cfg = dict(LLAMA2_7B, model_type="deepseek_v3", kv_lora_rank=512, q_lora_rank=1536)
-    assert "kv_lora_rank" in _err(tmp_path, cfg)
+def test_mla_is_read_not_refused(tmp_path):
+    """DeepSeek's multi-head latent attention used to be refused; tests/test_hf_config.py has the
+    real configs. A Llama config that also names MLA fields is read as MLA (family from fields)."""
+    cfg = dict(LLAMA2_7B, model_type="deepseek_v3", kv_lora_rank=512, q_lora_rank=1536,
+               qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=None)
+    s = load_hf_config(_write(tmp_path, cfg))
+    assert s.mla and (s.q_lora_rank, s.kv_lora_rank, s.d_qk, s.d_v) == (1536, 512, 192, 128)

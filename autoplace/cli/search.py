@@ -52,7 +52,9 @@ def build_training(model, seq_len, global_batch, global_batch_tokens, precision,
     from autoplace.specs.training import TrainingSpec
     if global_batch is not None and global_batch_tokens is not None:
         raise InputError("give either --global-batch (sequences) or --global-batch-tokens, not both")
-    s = seq_len or (model.max_seq_len if not model.states_only else 2048)
+    # default: the length the family was pre-trained at (ModelSpec.pretrain_seq_len), else the
+    # model's context capped at 4096 (a 128K max_position_embeddings is not a training length)
+    s = seq_len or (2048 if model.states_only else model.pretrain_seq_len or min(model.max_seq_len, 4096))
     if s < 1:
         raise InputError(f"--seq-len must be ≥ 1, got {s}")
     if global_batch is not None:
@@ -213,7 +215,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="default: the profile's (8)"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml (default H100-SXM-80GB)"),
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's native length"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's pre-training length (pretrain_seq_len), else min(context, 4096)"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
         global_batch_tokens: Optional[int] = typer.Option(None, "--global-batch-tokens",
                                                           help="tokens per step (default ~4M = 2^22), rounded to legal plans"),

@@ -1,86 +1,58 @@
 """Read a Hugging Face `config.json` into a `ModelSpec` (no transformers dependency).
 
-Field names follow huggingface/transformers `models/*/configuration_*.py` (see
-shared/docs/launchers_and_libraries.md §3.3):
+The family table (`hf_families.FAMILIES`, keyed by `model_type`) says how each family's modeling code
+builds the decoder — gated MLP or not, norm kind and count, which bias flags it honours — and holds
+the defaults of its transformers configuration class. Everything else comes from the config's fields:
 
-* Llama-style decoders (llama, mistral, qwen2, qwen3, gemma, phi3, and any unknown `model_type`
-  that uses the same names): `hidden_size`, `num_hidden_layers`, `num_attention_heads`,
-  `num_key_value_heads` (absent ⇒ MHA), `head_dim` (optional), `intermediate_size` (SwiGLU,
-  3 matrices), `vocab_size`, `tie_word_embeddings`, `max_position_embeddings`.
-* MoE: Mixtral `num_local_experts`; Qwen2-MoE/Qwen3-MoE `num_experts` (transformers v5 maps it to
-  `num_local_experts`; both are read), `num_experts_per_tok`, `moe_intermediate_size`,
-  `shared_expert_intermediate_size`, `decoder_sparse_step`, `mlp_only_layers`.
-* GPT-NeoX: LayerNorm, biases (`attention_bias`, default true; MLP always), GeLU 2-matrix MLP,
-  rotary, untied.
-* GPT-2: `n_layer`, `n_embd`, `n_head`, `n_inner` (None ⇒ 4·n_embd), `n_positions` (learned
-  table), LayerNorm, biases, tied.
-* transformers v5: `dtype` / `rope_parameters` are accepted (they do not change parameter counts);
-  multimodal wrappers are read through their `text_config` (the vision tower is not counted).
+* shape: `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads` (absent or
+  null ⇒ MHA unless the class defaults otherwise), `head_dim`, `intermediate_size`, `vocab_size`,
+  `max_position_embeddings`, `tie_word_embeddings` (GPT-2 spelling: `n_embd`, `n_layer`, `n_head`,
+  `n_inner`, `n_positions`);
+* activation: `hidden_activation` / `hidden_act` / `activation_function` (silu, gelu*, relu2, relu);
+  with a gated MLP, gelu is GeGLU (Gemma) and silu SwiGLU;
+* MoE: `num_local_experts` / `num_experts` / `n_routed_experts`, `num_experts_per_tok` /
+  `experts_per_token`, `moe_intermediate_size` (else `intermediate_size` is the expert width, as in
+  Mixtral and gpt-oss), `shared_expert_intermediate_size` or `n_shared_experts` × moe width,
+  `decoder_sparse_step` and `mlp_only_layers` (Qwen), `first_k_dense_replace` and `moe_layer_freq`
+  (DeepSeek: layer i is MoE when i ≥ k and i % freq == 0);
+* multi-head latent attention (DeepSeek-V2/V3, Kimi K2): `q_lora_rank` (null ⇒ a full-rank Q),
+  `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; `num_nextn_predict_layers`
+  → `mtp_layers`. DeepSeek-V3's router has no bias parameter; its `e_score_correction_bias` (one float
+  per expert and layer) is a buffer moved by the auxiliary-loss-free balancing rule (DeepSeek-V3 §2.1.2),
+  not by gradients: it has no gradient or optimizer state and is not counted (58 × 256 floats);
+* attention windows: `sliding_window` with `layer_types` (or the family's pattern: Gemma 2 and gpt-oss
+  alternate, Gemma 3 `sliding_window_pattern`, Qwen only with `use_sliding_window`) → `sliding_window`,
+  `global_every`; gpt-oss's per-head sinks → `attn_sinks`, its expert/router biases → `expert_bias`.
 
-`tie_word_embeddings`, when absent, takes the default of the family's transformers config class
-(`PretrainedConfig`'s True for GPT-2 and unknown types, False for Llama/Mistral/Qwen/Mixtral/NeoX;
-transformers omits a value from config.json when it equals the base default).
-
-Three architectural details of some families have no `ModelSpec` field yet: Q/K/V-only biases
-(Qwen2, Qwen2-MoE), per-head Q/K RMSNorm (Qwen3, Qwen3-MoE) and the Qwen2-MoE shared-expert gate.
-They are passed as `qkv_bias`, `qk_norm`, `shared_expert_gate` (and `mlp_only_layers` as
-`dense_layer_ids`) as soon as `ModelSpec` has those fields; until then the spec is a close
-approximation and `source` says what was left out.
+A field the file omits takes the family's transformers default (listed in `source`); a multimodal
+wrapper is read through its `text_config` (vision/audio towers are not counted), whose omitted fields
+take the text config class' defaults. Encoder-only (BERT, RoBERTa, …) and encoder-decoder (T5, BART, …)
+models are refused with the reason, as are decoders whose module layout autoplace does not count.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 from autoplace.errors import InputError
 from autoplace.io import read_json
+from autoplace.specs import hf_families as F
 from autoplace.specs.model import ModelSpec
 
-_SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
-
-
-@dataclass(frozen=True)
-class _Family:
-    kind: str = "llama"              # "llama" | "neox" | "gpt2"
-    tie: bool = False                # tie_word_embeddings default of the config class
-    max_pos: int = 2048              # max_position_embeddings default of the config class
-    bias_keys: tuple = ("attention_bias", "mlp_bias")  # bias flags the modeling code honours
-    qkv_bias: bool = False           # Q/K/V biases without an output bias (Qwen2)
-    qkv_bias_key: str | None = None  # config key that switches qkv_bias (Qwen2-MoE)
-    qk_norm: bool = False            # per-head RMSNorm on Q and K (Qwen3)
-    top_k: int | None = None         # num_experts_per_tok default
-    shared_gate: bool = False        # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
-
-
-_FAMILIES: dict[str, _Family] = {
-    "llama": _Family(max_pos=2048),
-    "mistral": _Family(max_pos=4096 * 32, bias_keys=()),
-    "mixtral": _Family(max_pos=4096 * 32, bias_keys=(), top_k=2),
-    "qwen2": _Family(max_pos=32768, bias_keys=(), qkv_bias=True),
-    "qwen3": _Family(max_pos=32768, bias_keys=("attention_bias",), qk_norm=True),
-    "qwen2_moe": _Family(max_pos=32768, bias_keys=(), qkv_bias=True, qkv_bias_key="qkv_bias",
-                         top_k=4, shared_gate=True),
-    "qwen3_moe": _Family(max_pos=32768, bias_keys=("attention_bias",), qk_norm=True, top_k=8),
-    "gemma": _Family(tie=True, max_pos=8192, bias_keys=("attention_bias",)),
-    "phi3": _Family(max_pos=4096, bias_keys=()),
-    "gpt_neox": _Family(kind="neox", max_pos=2048, bias_keys=("attention_bias",)),
-    "gpt2": _Family(kind="gpt2", tie=True, max_pos=1024, bias_keys=()),
-}
-# Unknown model_type: read with Llama names; PretrainedConfig's base default for tying.
-_UNKNOWN = _Family(tie=True, max_pos=2048)
-
-# canonical field → accepted keys, in the order shown in error messages
+# canonical field → accepted keys (first = the name shown in messages)
 _KEYS = {
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "heads": ("num_attention_heads", "n_head", "n_heads"),
     "kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads"),
+    "head_dim": ("head_dim",),
     "ffn": ("intermediate_size",),
     "vocab": ("vocab_size",),
     "max_pos": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
     "experts": ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts"),
-    "top_k": ("num_experts_per_tok", "moe_top_k"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "act": F.ACT_KEYS,
+    "window_pattern": ("sliding_window_pattern", "_sliding_window_pattern"),
 }
 _GPT2_KEYS = {
     "hidden": ("n_embd", "hidden_size"),
@@ -89,27 +61,43 @@ _GPT2_KEYS = {
     "ffn": ("n_inner", "intermediate_size"),
     "max_pos": ("n_positions", "n_ctx", "max_position_embeddings"),
 }
+_MISSING = object()
 
 
 class _Reader:
-    """Looks fields up in one config dict; every complaint names the file and the field."""
+    """Looks fields up in one config dict, then the wrapper (where allowed), then the family's
+    transformers defaults; every complaint names the file and the field."""
 
-    def __init__(self, cfg: dict, where: str, keys: dict, outer: dict | None = None):
-        self.cfg, self.where, self.keys, self.outer = cfg, where, keys, outer or {}
+    def __init__(self, cfg: dict, where: str, fam: F.Family, outer: dict | None = None):
+        self.cfg, self.where, self.fam, self.outer = cfg, where, fam, outer or {}
+        self.keys = {**_KEYS, **_GPT2_KEYS} if fam.names == "gpt2" else _KEYS
+        self.defaults_used: dict[str, object] = {}
 
     def fail(self, msg: str) -> InputError:
         return InputError(f"{self.where}: {msg}")
 
-    def find(self, what: str, outer_too: bool = False):
-        """(key, value) of the first accepted key present with a non-null value."""
+    def get(self, what: str, outer_too: bool = False):
+        """(key, value): the first accepted key with a value; a key present as null gives None (an
+        explicit null is the config's own choice, e.g. `q_lora_rank: null`); absent everywhere → the
+        family default, else (None, _MISSING)."""
+        keys = self.keys.get(what, (what,))
         for src in (self.cfg, self.outer) if outer_too else (self.cfg,):
-            for k in self.keys[what]:
-                if src.get(k) is not None:
+            present = [k for k in keys if k in src]
+            for k in present:
+                if src[k] is not None:
                     return k, src[k]
-        return None, None
+            if present:
+                return present[0], None
+        for k in keys:
+            if k in self.fam.defaults:
+                v = self.fam.defaults[k]
+                if v not in (None, False, [], ()):
+                    self.defaults_used[k] = v
+                return k, v
+        return None, _MISSING
 
     def names(self, what: str) -> str:
-        ks = self.keys[what]
+        ks = self.keys.get(what, (what,))
         alt = f" (or {', '.join(repr(k) for k in ks[1:3])})" if len(ks) > 1 else ""
         return f"{ks[0]!r}{alt}"
 
@@ -120,30 +108,26 @@ class _Reader:
         return v
 
     def req(self, what: str, outer_too: bool = False) -> tuple[str, int]:
-        k, v = self.find(what, outer_too)
-        if k is None:
+        k, v = self.get(what, outer_too)
+        if v is _MISSING:
             raise self.fail(f"missing {self.names(what)}; add it or use --params")
         return k, self.pos_int(k, v)
 
     def opt(self, what: str, default: int | None = None, *, outer_too: bool = False,
             zero_ok: bool = False) -> tuple[str | None, int | None]:
-        k, v = self.find(what, outer_too)
-        if k is None:
-            return None, default
+        """An optional integer: None/absent → `default`."""
+        k, v = self.get(what, outer_too)
+        if v is _MISSING or v is None:
+            return k, default
         return k, self.pos_int(k, v, zero_ok=zero_ok)
 
-    def key_int(self, key: str, default: int | None, *, zero_ok: bool = False) -> int | None:
-        v = self.cfg.get(key)
-        return default if v is None else self.pos_int(key, v, zero_ok=zero_ok)
-
-    def flag(self, key: str, default: bool, outer_too: bool = False) -> bool:
-        for src in (self.cfg, self.outer) if outer_too else (self.cfg,):
-            if key in src and src[key] is not None:
-                v = src[key]
-                if not isinstance(v, bool):
-                    raise self.fail(f"{key!r} must be true or false, got {v!r}")
-                return v
-        return default
+    def flag(self, key: str, default: bool = False, outer_too: bool = False) -> bool:
+        k, v = self.get(key, outer_too)
+        if v is _MISSING or v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.fail(f"{k!r} must be true or false, got {v!r}")
+        return v
 
 
 def _config_file(path) -> Path:
@@ -177,37 +161,190 @@ def _model_name(f: Path, cfg: dict, model_type: str) -> str:
     return f.stem if f.name != "config.json" else (model_type or "hf-model")
 
 
+_DECODER_ONLY = ("autoplace plans decoder-only LM training; pass a decoder's config.json, or "
+                 "--params COUNT for model states only")
+
+
+def _refuse_non_decoders(cfg: dict, where: str) -> None:
+    """Encoder-only and encoder-decoder models (and decoders autoplace cannot count): one line with
+    the field that says so and the reason."""
+    mt = cfg.get("model_type")
+    mt = mt.lower() if isinstance(mt, str) else None
+    archs = cfg.get("architectures")
+    archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    name = archs[0] if archs else f"model_type {mt!r}"
+    if cfg.get("is_encoder_decoder") is True or mt in F.ENCODER_DECODER:
+        field = ("'is_encoder_decoder': true" if cfg.get("is_encoder_decoder") is True
+                 else f"'model_type': {mt!r}")
+        raise InputError(f"{where}: {name} is an encoder-decoder model ({field}); {_DECODER_ONLY}")
+    if mt in F.ENCODER_ONLY:
+        raise InputError(f"{where}: {name} is an encoder-only model ('model_type': {mt!r}); "
+                         f"{_DECODER_ONLY}")
+    if mt not in F.FAMILIES:
+        enc = [a for a in archs if a.endswith(F.ENCODER_ARCH_SUFFIXES)]
+        if enc:
+            raise InputError(f"{where}: {enc[0]} is an encoder-only model ('architectures'); "
+                             f"{_DECODER_ONLY}")
+    if mt in F.UNSUPPORTED_DECODERS:
+        raise InputError(f"{where}: 'model_type' {mt!r} ({F.UNSUPPORTED_DECODERS[mt]}) is not a "
+                         "family autoplace counts; use --params COUNT for model states only")
+
+
+def _text_part(top: dict, where: str):
+    """(config dict to read, wrapper dict, model_type, notes)."""
+    notes: list[str] = []
+    outer_type = top.get("model_type") if isinstance(top.get("model_type"), str) else None
+    if top.get("text_config") is not None:
+        tc = top["text_config"]
+        if not isinstance(tc, dict):
+            raise InputError(f"{where}: 'text_config' must be a JSON object, got {type(tc).__name__}")
+        _refuse_non_decoders(tc, where)
+        mt = tc.get("model_type") or F.TEXT_OF_WRAPPER.get((outer_type or "").lower())
+        notes.append(f"text_config of {outer_type or 'a multimodal wrapper'}; "
+                     "vision/audio towers not counted")
+        return tc, top, mt, notes
+    mt = top.get("model_type")
+    if isinstance(mt, str) and mt.lower() in F.TEXT_OF_WRAPPER:
+        # a wrapper without text_config: its text model is the wrapper class' default sub-config
+        # (Gemma3Config()), or the language fields sit at the top level (Qwen2-VL)
+        notes.append(f"{mt} read as its text model {F.TEXT_OF_WRAPPER[mt.lower()]!r}; "
+                     "vision/audio towers not counted")
+        return top, {}, F.TEXT_OF_WRAPPER[mt.lower()], notes
+    return top, {}, mt, notes
+
+
+def _windows(r: _Reader, layers: int, notes: list) -> dict:
+    """sliding_window / global_every from `sliding_window` + `layer_types` (or the family pattern)."""
+    fam, cfg = r.fam, r.cfg
+    k, sw = r.get("sliding_window")
+    if sw is _MISSING or sw is None or fam.windows == "none":
+        return {}
+    sw = r.pos_int(k, sw, zero_ok=True)
+    if fam.windows == "qwen" and not r.flag("use_sliding_window", False):
+        return {}
+    lt = cfg.get("layer_types")
+    if isinstance(lt, list) and lt:
+        if len(lt) != layers or not all(isinstance(t, str) for t in lt):
+            raise r.fail(f"'layer_types' must list one attention type per layer ({layers}), "
+                         f"got {len(lt)} entries")
+        full = [i for i, t in enumerate(lt) if "sliding" not in t]
+    elif fam.windows == "alternate":
+        full = [i for i in range(layers) if (i + 1) % 2 == 0]
+    elif fam.windows == "pattern":
+        p = r.opt("window_pattern", 6)[1]
+        full = [i for i in range(layers) if (i + 1) % p == 0]
+    elif fam.windows == "qwen":
+        mwl = r.opt("max_window_layers", 28, zero_ok=True)[1]
+        full = [i for i in range(min(mwl, layers))]
+    else:
+        full = []
+    if not sw or len(full) == layers:
+        return {}
+    if not full:
+        return {"sliding_window": sw}
+    every = full[0] + 1
+    if full != [i for i in range(layers) if (i + 1) % every == 0]:
+        every = max(2, round(layers / len(full)))
+        notes.append(f"{len(full)} of {layers} layers attend globally in an irregular pattern; "
+                     f"windows modelled as every {every}-th layer global")
+    return {"sliding_window": sw, "global_every": every}
+
+
+def _pretrain(r: _Reader, max_pos: int, windowed: bool, notes: list) -> int:
+    cfg, fam = r.cfg, r.fam
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = cfg.get(key)
+        if isinstance(rope, dict) and isinstance(rope.get("original_max_position_embeddings"), int):
+            n = rope["original_max_position_embeddings"]
+            notes.append(f"pretrain_seq_len {n} ({key}.original_max_position_embeddings)")
+            return n
+    if isinstance(cfg.get("original_max_position_embeddings"), int):     # Phi-3 128k
+        n = cfg["original_max_position_embeddings"]
+        notes.append(f"pretrain_seq_len {n} (original_max_position_embeddings)")
+        return n
+    p = fam.pretrain
+    n = {"max_pos": max_pos, "mistral": 8192 if windowed else 0,
+         "mixtral": max_pos if max_pos == 32768 else 0}.get(p, p) if isinstance(p, str) else p
+    if n:
+        notes.append(f"pretrain_seq_len {n} ({fam.pretrain_cite})")
+    return n
+
+
+def _moe(r: _Reader, layers: int, kw: dict, notes: list) -> None:
+    """Experts, top-k, widths, shared expert and the dense/MoE layer pattern."""
+    fam = r.fam
+    ek, experts = r.opt("experts", zero_ok=True)
+    _, ffn = r.opt("ffn")
+    _, moe_ffn = r.opt("moe_intermediate_size")
+    if not experts:
+        if ffn is None:
+            raise r.fail(f"missing {r.names('ffn')}; add it or use --params")
+        kw["ffn_hidden"] = ffn
+        return
+    tk, top_k = r.opt("top_k")
+    if top_k is None:
+        raise r.fail(f"missing 'num_experts_per_tok' for an MoE model ({ek!r}={experts}); "
+                     "add it or use --params")
+    if top_k > experts:
+        raise r.fail(f"{tk!r}={top_k} exceeds {ek!r}={experts}; fix one of them")
+    ffn = ffn if ffn is not None else moe_ffn
+    if ffn is None:
+        raise r.fail("missing 'intermediate_size' (or 'moe_intermediate_size'); add it or use --params")
+    shared = r.opt("shared_expert_intermediate_size", 0, zero_ok=True)[1]
+    n_shared = r.opt("n_shared_experts", 0, zero_ok=True)[1]       # DeepSeek-MoE style
+    if not shared and n_shared and moe_ffn:
+        shared = n_shared * moe_ffn
+    step = r.opt("decoder_sparse_step", 1)[1]
+    _, dense_ids = r.get("mlp_only_layers")
+    dense_ids = [] if dense_ids in (None, _MISSING) else dense_ids
+    if not isinstance(dense_ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in dense_ids):
+        raise r.fail(f"'mlp_only_layers' must be a list of layer indices in 0..{layers - 1}, "
+                     f"got {dense_ids!r}")
+    first_dense = r.opt("first_k_dense_replace", 0, zero_ok=True)[1]
+    freq = r.opt("moe_layer_freq", 1)[1]        # DeepSeek: MoE where layer_idx % freq == 0
+    ids = set(dense_ids) | set(range(min(first_dense, layers))) | {
+        i for i in range(layers) if i % freq}
+    if not any((i + 1) % step == 0 for i in range(layers) if i not in ids):
+        raise r.fail(f"no layer is left for the {experts} experts ({ek!r}); fix 'first_k_dense_replace'"
+                     " / 'mlp_only_layers' / 'decoder_sparse_step' or drop the experts")
+    kw.update(ffn_hidden=ffn, num_experts=experts, top_k=top_k, moe_layer_freq=step,
+              expert_ffn_hidden=moe_ffn if moe_ffn and moe_ffn != ffn else None,
+              shared_expert_ffn_hidden=shared, dense_layer_ids=tuple(sorted(ids)))
+    if shared and fam.shared_gate:
+        kw["shared_expert_gate"] = True
+    if fam.expert_bias:
+        kw["expert_bias"] = True
+
+
+def _mla(r: _Reader, kw: dict, hidden: int, heads: int) -> None:
+    if r.flag("attention_bias", False):
+        raise r.fail("'attention_bias': true with multi-head latent attention is not modelled; "
+                     "set it false or use --params")
+    q_lora = r.opt("q_lora_rank", 0, zero_ok=True)[1]          # null: a full-rank query projection
+    kw.update(q_lora_rank=q_lora, kv_lora_rank=r.req("kv_lora_rank")[1],
+              qk_nope_head_dim=r.req("qk_nope_head_dim")[1],
+              qk_rope_head_dim=r.opt("qk_rope_head_dim", 0, zero_ok=True)[1],
+              v_head_dim=r.req("v_head_dim")[1], kv_heads=None,
+              head_dim=None if hidden % heads == 0 else kw["head_dim"])
+
+
 def load_hf_config(path) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face config.json (file or directory containing one)."""
     f = _config_file(path)
     top = _read_json(f)
     where = str(f)
-    notes: list[str] = []
-
-    cfg, outer, outer_type = top, {}, None
-    if "text_config" in top and top["text_config"] is not None:
-        if not isinstance(top["text_config"], dict):
-            raise InputError(f"{where}: 'text_config' must be a JSON object, got "
-                             f"{type(top['text_config']).__name__}")
-        cfg, outer, outer_type = top["text_config"], top, top.get("model_type")
-        notes.append(f"text_config of {outer_type or 'a multimodal wrapper'}; "
-                     "vision/audio towers not counted")
-
-    model_type = cfg.get("model_type") or (None if outer_type else top.get("model_type"))
+    _refuse_non_decoders(top, where)
+    cfg, outer, model_type, notes = _text_part(top, where)
     if not isinstance(model_type, (str, type(None))):
         raise InputError(f"{where}: 'model_type' must be a string, got {model_type!r}")
-    fam = _FAMILIES.get((model_type or "").lower())
+    fam = F.FAMILIES.get((model_type or "").lower())
     if fam is None:
-        fam = _UNKNOWN
+        fam = F.UNKNOWN
         notes.append(f"model_type {model_type!r} unknown: read with Llama field names "
-                     "(SwiGLU, RMSNorm, RoPE)" if model_type else
-                     "no model_type: read with Llama field names (SwiGLU, RMSNorm, RoPE)")
-
-    if cfg.get("kv_lora_rank") is not None or cfg.get("q_lora_rank") is not None:
-        raise InputError(f"{where}: model_type {model_type!r} uses multi-head latent attention "
-                         "('kv_lora_rank'), which autoplace does not model; use --params")
-
-    r = _Reader(cfg, where, {**_KEYS, **_GPT2_KEYS} if fam.kind == "gpt2" else _KEYS, outer)
+                     "(gated MLP, RMSNorm, RoPE)" if model_type else
+                     "no model_type: read with Llama field names (gated MLP, RMSNorm, RoPE)")
+    r = _Reader(cfg, where, fam, outer)
 
     _, hidden = r.req("hidden")
     _, layers = r.req("layers")
@@ -217,103 +354,69 @@ def load_hf_config(path) -> ModelSpec:
     if kv is not None and heads % kv:
         raise r.fail(f"{hk!r}={heads} is not divisible by {kvk!r}={kv}; "
                      "fix one of them (GQA needs whole groups)")
-    head_dim = r.key_int("head_dim", None)
+    _, head_dim = r.opt("head_dim")
     if head_dim is None and hidden % heads:
         raise r.fail(f"hidden size {hidden} is not divisible by {hk!r}={heads}; add 'head_dim'")
-    if head_dim is not None and head_dim == hidden // heads and hidden % heads == 0:
+    if head_dim is not None and hidden % heads == 0 and head_dim == hidden // heads:
         head_dim = None
-    _, max_pos = r.opt("max_pos", fam.max_pos, outer_too=True)
+    _, max_pos = r.opt("max_pos", 2048, outer_too=True)
+
+    ak, act = r.get("act")
+    activation = ""
+    if act not in (None, _MISSING):
+        activation = F.ACTIVATIONS.get(str(act).lower()) if isinstance(act, str) else None
+        if activation is None:
+            raise r.fail(f"{ak!r}={act!r} is not an activation autoplace models (silu, gelu*, relu2, "
+                         "relu); fix it or use --params")
+    if fam is F.UNKNOWN and activation not in ("", "silu"):
+        notes.append(f"MLP taken as gated ({activation}); autoplace cannot tell without the family")
 
     kw: dict = dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                     kv_heads=kv if kv is not None and kv != heads else None, head_dim=head_dim,
-                    max_seq_len=max_pos)
-    ext: dict = {}   # fields ModelSpec may not have yet
-
-    if fam.kind == "gpt2":
+                    max_seq_len=max_pos, gated_mlp=fam.gated, activation=activation, norm=fam.norm,
+                    position=fam.position, norms_per_layer=fam.norms_per_layer)
+    if fam.names == "gpt2":
         _, ffn = r.opt("ffn", 4 * hidden)
-        kw.update(ffn_hidden=ffn, gated_mlp=False, attn_bias=True, mlp_bias=True,
-                  norm="layernorm", position="learned")
-    elif fam.kind == "neox":
-        _, ffn = r.req("ffn")
-        kw.update(ffn_hidden=ffn, gated_mlp=False, mlp_bias=True, norm="layernorm",
-                  position="rope", attn_bias=r.flag("attention_bias", True))
-        if cfg.get("use_parallel_residual", True):
-            notes.append("parallel residual")
+        kw["ffn_hidden"] = ffn
     else:
-        kw.update(gated_mlp=True, norm="rmsnorm", position="rope",
-                  attn_bias=("attention_bias" in fam.bias_keys
-                             and r.flag("attention_bias", False)),
-                  mlp_bias="mlp_bias" in fam.bias_keys and r.flag("mlp_bias", False))
-        qkv = r.flag(fam.qkv_bias_key, fam.qkv_bias) if fam.qkv_bias_key else fam.qkv_bias
-        if qkv and not kw["attn_bias"]:
-            ext["qkv_bias"] = True
-        if fam.qk_norm:
-            ext["qk_norm"] = True
+        _moe(r, layers, kw, notes)
 
-        # ---- mixture of experts ----
-        ek, experts = r.opt("experts", zero_ok=True)
-        if experts:
-            tk, top_k = r.opt("top_k", fam.top_k)
-            if top_k is None:
-                raise r.fail("missing 'num_experts_per_tok' for an MoE model "
-                             f"({ek!r}={experts}); add it or use --params")
-            if top_k > experts:
-                raise r.fail(f"{tk!r}={top_k} exceeds {ek!r}={experts}; fix one of them")
-            moe_ffn = r.key_int("moe_intermediate_size", None)
-            _, ffn = r.opt("ffn", moe_ffn)
-            if ffn is None:
-                raise r.fail("missing 'intermediate_size' (or 'moe_intermediate_size'); "
-                             "add it or use --params")
-            shared = r.key_int("shared_expert_intermediate_size", 0, zero_ok=True)
-            n_shared = r.key_int("n_shared_experts", 0, zero_ok=True)   # DeepSeek-MoE style
-            if not shared and n_shared and moe_ffn:
-                shared = n_shared * moe_ffn
-            step = r.key_int("decoder_sparse_step", 1)
-            kw.update(ffn_hidden=ffn, num_experts=experts, top_k=top_k, moe_layer_freq=step,
-                      expert_ffn_hidden=moe_ffn if moe_ffn and moe_ffn != ffn else None,
-                      shared_expert_ffn_hidden=shared)
-            if shared and fam.shared_gate:
-                ext["shared_expert_gate"] = True
-            if r.key_int("moe_layer_freq", 1) != 1:
-                raise r.fail("'moe_layer_freq' other than 1 (DeepSeek layer pattern) is not "
-                             "modelled; use --params")
-            dense_ids = cfg.get("mlp_only_layers") or []
-            if not isinstance(dense_ids, list) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
-                    for i in dense_ids):
-                raise r.fail(f"'mlp_only_layers' must be a list of layer indices in "
-                             f"0..{layers - 1}, got {dense_ids!r}")
-            first_dense = r.key_int("first_k_dense_replace", 0, zero_ok=True)
-            dense_ids = sorted(set(dense_ids) | set(range(min(first_dense, layers))))
-            if dense_ids:
-                if "dense_layer_ids" not in _SPEC_FIELDS:
-                    raise r.fail(f"dense layers {dense_ids} among the MoE layers "
-                                 "('mlp_only_layers' / 'first_k_dense_replace') are not "
-                                 "modelled yet; use --params")
-                ext["dense_layer_ids"] = tuple(dense_ids)
-        else:
-            _, ffn = r.req("ffn")
-            kw["ffn_hidden"] = ffn
+    kw["attn_bias"] = fam.attn_bias or ("attention_bias" in fam.bias_keys and r.flag("attention_bias"))
+    kw["mlp_bias"] = fam.mlp_bias or ("mlp_bias" in fam.bias_keys and r.flag("mlp_bias"))
+    qkv = fam.qkv_bias if isinstance(fam.qkv_bias, bool) else r.flag(fam.qkv_bias)
+    if qkv and not kw["attn_bias"]:
+        kw["qkv_bias"] = True
+    kw["qk_norm"] = fam.qk_norm if isinstance(fam.qk_norm, bool) else r.flag(fam.qk_norm)
+    if fam.attn_sinks:
+        kw["attn_sinks"] = True
+    _, kv_lora = r.get("kv_lora_rank")
+    if kv_lora not in (None, _MISSING, 0):
+        _mla(r, kw, hidden, heads)
+        kw["mtp_layers"] = r.opt("num_nextn_predict_layers", 0, zero_ok=True)[1]
+        if kw["mtp_layers"]:
+            notes.append(f"{kw['mtp_layers']} multi-token-prediction module(s) in mtp_params(), "
+                         "not in total_params()")
+        if cfg.get("topk_method") == "noaux_tc":
+            notes.append("router e_score_correction_bias is a buffer (not counted)")
+    kw.update(_windows(r, layers, notes))
+    kw["tied_embeddings"] = r.flag("tie_word_embeddings", True, outer_too=True)
+    kw["pretrain_seq_len"] = _pretrain(r, max_pos, bool(kw.get("sliding_window")), notes)
 
-    kw["tied_embeddings"] = r.flag("tie_word_embeddings", fam.tie, outer_too=True)
-    if ("tie_word_embeddings" not in cfg and "tie_word_embeddings" not in outer
-            and fam is _UNKNOWN):
-        notes.append("tie_word_embeddings absent: true (transformers' default)")
-
-    for k, v in ext.items():
-        if k in _SPEC_FIELDS:
-            kw[k] = v
-        elif k == "qkv_bias":    # round up: count the output-projection bias too (+hidden/layer)
-            kw["attn_bias"] = True
-            notes.append("approximate: ModelSpec has no 'qkv_bias' field, Q/K/V biases counted "
-                         "as attn_bias (+hidden per layer)")
-        else:
-            notes.append(f"approximate: ModelSpec has no {k!r} field")
+    if (model_type or "").lower() == "gpt_neox":
+        if r.flag("use_parallel_residual", True):
+            notes.append("parallel residual")
+    if fam.head_bias:
+        notes.append(f"approximate: the lm_head bias ({vocab} parameters) is not counted")
+    if activation == "silu" and "swiglu_limit" in cfg:
+        notes.append(f"clamped SwiGLU (swiglu_limit {cfg['swiglu_limit']})")
+    if r.defaults_used:
+        cite = fam.cite.rsplit("/", 1)[-1]
+        notes.append(f"transformers defaults ({cite}): "
+                     + ", ".join(f"{k}={v}" for k, v in r.defaults_used.items()))
 
     label = model_type or "unknown"
     source = f"hf-config:{f} (model_type={label}" + "".join(f"; {n}" for n in notes) + ")"
     try:
-        return ModelSpec(name=_model_name(f, top, model_type or ""),
-                         source=source, **kw)
+        return ModelSpec(name=_model_name(f, top, model_type or ""), source=source, **kw)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None

@@ -61,6 +61,12 @@ class ModelSpec:
     expert_bias: bool = False             # biases on expert and router matrices (gpt-oss)
     mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3: 1): one more
                                           # transformer layer + projection + norms each, sharing embedding and head
+    norms_per_layer: int = 2
+    """Norm modules per transformer layer, each `norm_params()` large: 2 in pre-norm decoders (before
+    attention and before the MLP); 4 in Gemma 2/3 (pre- and post-norms around both blocks:
+    input/post_attention/pre_feedforward/post_feedforward_layernorm); 1 in Phi-2 (one LayerNorm
+    feeding the parallel attention and MLP). Q/K norms are `qk_norm`, MLA latent norms are in
+    `attn_params`."""
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)
@@ -90,6 +96,31 @@ class ModelSpec:
         if self.kv_lora_rank and not (self.qk_nope_head_dim and self.v_head_dim):
             raise InputError("model: multi-head latent attention (kv_lora_rank > 0) needs qk_nope_head_dim "
                              "and v_head_dim")
+        self._check_fields()
+
+    def _check_fields(self) -> None:
+        """The newer fields fit each other: counts are whole and non-negative, and no field is set
+        that only means something together with another one left unset."""
+        for f in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                  "sliding_window", "global_every", "mtp_layers", "pretrain_seq_len", "num_experts",
+                  "shared_expert_ffn_hidden", "norms_per_layer"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InputError(f"model.{f} must be a non-negative integer, got {v!r}")
+        if isinstance(self.moe_layer_freq, bool) or not isinstance(self.moe_layer_freq, int) \
+                or self.moe_layer_freq < 1:
+            raise InputError(f"model.moe_layer_freq must be a positive integer, got {self.moe_layer_freq!r}")
+        mla_dims = [f for f in ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                    if getattr(self, f)]
+        if mla_dims and not self.kv_lora_rank:
+            raise InputError(f"model.{mla_dims[0]} is a multi-head latent attention width; set "
+                             "kv_lora_rank > 0 (MLA) or leave it 0")
+        if self.global_every and not self.sliding_window:
+            raise InputError(f"model.global_every={self.global_every} needs sliding_window > 0 "
+                             "(the window of the other layers)")
+        if self.global_every == 1:
+            raise InputError("model.global_every=1 would make every layer global; set sliding_window=0 "
+                             "instead")
 
     # ---- derived shape -------------------------------------------------------------------------
     @property
@@ -228,7 +259,7 @@ class ModelSpec:
     def layer_dense_params(self, moe_layer: bool = False) -> int:
         """Dense (non-expert) parameters of one transformer layer."""
         mlp = self.moe_dense_params_per_layer() if moe_layer else self.mlp_params()
-        return self.attn_params() + self.qk_norm_params() + mlp + 2 * self.norm_params()
+        return self.attn_params() + self.qk_norm_params() + mlp + self.norms_per_layer * self.norm_params()
 
     def embedding_params(self, vocab: int | None = None) -> int:
         v = self.vocab if vocab is None else vocab
