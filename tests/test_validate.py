@@ -90,10 +90,15 @@ def test_unknown_gpu_is_skipped_with_reason():
     assert r and "unknown GPU 'Zork-9000X'" in r
 
 
-@pytest.mark.parametrize("prec", ["int8 quantized training", "fp4 (NVFP4)"])
-def test_unsupported_precision_is_skipped(prec):
-    r = skipped(gpt_record(**{"plan.precision": prec}))
+def test_unsupported_precision_is_skipped():
+    r = skipped(gpt_record(**{"plan.precision": "int8 quantized training"}))
     assert r and "unsupported precision" in r
+
+
+def test_a_recipe_the_runtime_lacks_is_skipped_naming_both():
+    # a 2021 Megatron-LM GPT record cannot have run NVFP4: the runtime of its era has no such recipe
+    r = skipped(gpt_record(**{"plan.precision": "fp4 (NVFP4)"}))
+    assert r and "megatron-lm-2021" in r and "nvfp4" in r
 
 
 def test_fp8_on_a100_is_skipped_by_the_profile():
@@ -110,7 +115,9 @@ def test_missing_shape_is_skipped():
 def test_missing_plan_degrees_and_micro_batch_are_skipped():
     rec = gpt_record(**{"plan.tp": None, "plan.pp": None, "plan.dp": None})
     assert "plan degrees not stated" in skipped(rec)
-    assert "micro_batch" in skipped(gpt_record(**{"plan.micro_batch": None}))
+    # a micro-batch the record leaves open is the runtime's default, stated as an assumption
+    mp = map_shaped(gpt_record(**{"plan.micro_batch": None}))
+    assert mp.plan.mbs == 1 and any("plan.micro_batch null → 1 (megatron-lm-2021" in a for a in mp.assumptions)
 
 
 def test_illegal_plan_is_skipped_with_rule_ids():

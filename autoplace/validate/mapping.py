@@ -41,14 +41,14 @@ class Mapped:
     plan: Plan
     hw: HardwareSpec
     world: int
-    framework: str                     # the runtime's name
+    framework: str                     # the runtime's family (megatron, deepspeed, fsdp, torchtitan, …)
     recompute: str                     # none | selective | full | block (the plan's)
     peak_stated: float | None          # FLOP/s the source divides by (None → profile peak)
     assumptions: list[str] = field(default_factory=list)
 
     def describe(self) -> dict:
         t = self.train
-        return {"framework": self.framework, "runtime": t.rt.name, "hardware": self.hw.name, "gpus": self.world,
+        return {"framework": self.framework, "runtime": t.rt.name, "runtime_version": t.rt.version, "hardware": self.hw.name, "gpus": self.world,
                 "model": self.model.name, "params": self.model.total_params(),
                 "plan": self.plan.short() + ("" if self.plan.dp_overlap else ",dp_overlap=0")
                 + (",fetch_sync" if self.plan.fetch_sync and self.plan.zero == 3 else "")
@@ -317,6 +317,10 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
     if pp > 1 and zero > rt.supports.max_zero_with_pp and zero_raw is None:
         zero = rt.supports.max_zero_with_pp
     kw = dict(rt.plan_defaults())
+    base = Plan()
+    diff = {k: v for k, v in kw.items() if getattr(base, k) != v and not (k == "fetch_sync" and zero != 3)}
+    if diff:
+        assumptions.append(f"{rt.name} switches: " + ", ".join(f"{k}={v}" for k, v in diff.items()))
     kw.update(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, reshard_after_forward=reshard,
               offload=_offload(rec, assumptions),
               dp_overlap=_dp_overlap(rec, params_b, rt.defaults.dp_overlap, assumptions))
@@ -329,8 +333,6 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
         kw["dp_replicate"] = dp // shard
         assumptions.append(f"FSDP HYBRID_SHARD → shard over one node ({shard} data-parallel ranks), "
                            f"dp_replicate={dp // shard}")
-    if not rt.defaults.tp_async and tp > 1:
-        assumptions.append(f"{rt.name}: backward TP collectives synchronous → tp_async=False")
     return kw, world, zero, fsdp, rt, knobs
 
 
@@ -427,7 +429,7 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     except (AutoplaceError, ValueError, TypeError) as e:
         raise Skip(f"plan rejected: {e}") from None
     peak = as_float((rec.get("hardware") or {}).get("peak_tflops_per_gpu_assumed_by_source"))
-    return Mapped(model=model, train=train, plan=p, hw=hw, world=world, framework=rt.name,
+    return Mapped(model=model, train=train, plan=p, hw=hw, world=world, framework=rt.family,
                   recompute=p.recompute, peak_stated=peak * 1e12 if peak else None,
                   assumptions=assumptions)
 
@@ -458,4 +460,4 @@ def map_states_only(rec: dict, params: float, regime: str | None = None, any_hw:
     if psi_max:
         assumptions.append(f"largest layer {psi_max / 1e6:g}M from the record text → Ψ_max")
     return Mapped(model=params_only(params, largest_unit=psi_max), train=train, plan=p, hw=hw, world=world,
-                  framework=rt.name, recompute="none", peak_stated=None, assumptions=assumptions)
+                  framework=rt.family, recompute="none", peak_stated=None, assumptions=assumptions)

@@ -156,15 +156,17 @@ def map_model(rec: dict, assumptions: list) -> ModelSpec:
     return _choose(base, notes, as_float(m.get("params_billion")), assumptions)
 
 
-_FILL = ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "dense_layer_ids", "qk_norm",
+_FILL = ("expert_ffn_hidden", "shared_expert_ffn_hidden", "dense_layer_ids", "qk_norm",
          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "head_dim",
-         "sliding_window", "global_every", "attn_sinks", "expert_bias", "mtp_layers", "qkv_bias", "attn_bias")
+         "sliding_window", "global_every", "attn_sinks", "expert_bias", "mtp_layers")
 
 
 def _fill_from_preset(base: dict, m: dict, notes: str, assumptions: list) -> None:
     """A record whose dims come 'from HF config' of a model autoplace has as a preset takes the
     architecture details its notes leave out from that preset, when the stated shape matches it."""
     from autoplace.specs.presets import PRESETS
+    if not re.search(r"hf config|hf [\w/-]+ config|config\.json", notes):
+        return
     name = re.sub(r"[\s_]+", "-", str(m.get("name") or "").strip().lower())
     parts = name.split("-")
     pre = None
@@ -177,6 +179,8 @@ def _fill_from_preset(base: dict, m: dict, notes: str, assumptions: list) -> Non
         return
     filled = []
     for f in _FILL:
+        if f in ("expert_ffn_hidden", "shared_expert_ffn_hidden", "dense_layer_ids") and not base.get("num_experts"):
+            continue
         v = getattr(pre, f, None)
         if v and not base.get(f):
             base[f] = v
@@ -212,15 +216,12 @@ def _choose(base: dict, notes: str, params_b: float | None, assumptions: list) -
         style["position"] = "learned"
     if re.search(r"no biases?|without bias|bias-?free", notes):
         style.update(attn_bias=False, mlp_bias=False)
-    bias_opts = ((style["attn_bias"],) if not (gpt_style and params_b and "bias" not in notes)
-                 else (True, False))
+    bias_opts = (style["attn_bias"],)      # biases barely move a count: the family's style decides
     cands = []
     for gated, tied, bias in itertools.product(gated_opts, tie_opts, bias_opts):
         kw = {**base, **style, "gated_mlp": gated, "tied_embeddings": tied, "attn_bias": bias, "mlp_bias": bias}
         if "activation" in stated:
             kw["activation"] = stated["activation"]
-        if not bias and gpt_style and not mpt and "learned pos" not in notes:
-            kw["position"] = "rope"           # a bias-free GPT-era shape (Nemotron, NeoX-style) is rotary
         try:
             spec = ModelSpec(**kw)
         except AutoplaceError as e:
