@@ -31,9 +31,10 @@ def _ceil_to(x, q):
 
 
 MAMF_REF_N = 8192      # the best-matmul reference: an n³ GEMM (the middle of MAMF's 0–16384 sweep)
-# FP8 attention kernels reach a lower share of their (2×) peak than BF16 ones: FlashAttention-3 FP8
-# ≈ 1.2 PFLOP/s of 1,979 vs BF16 ≈ 740 of 989 on H100 (Shah et al. 2024, Fig. 7/9) → 0.8
-FP8_ATTENTION_EFFICIENCY = 0.8
+# FP8 fused attention against its (2×) peak: the forward runs ~1.6× BF16 (FlashAttention-3 FP8 ≈ 1.2
+# PFLOP/s vs BF16 ≈ 740 on H100, Shah et al. 2024 Fig. 7/9); the backward (2.5× the forward's work)
+# gains ~1.2× → 3.5 / (1/1.6 + 2.5/1.2) ≈ 1.3× overall = 0.65 of the BF16 kernel's share of 2× peak
+FP8_ATTENTION_EFFICIENCY = 0.65
 
 
 def gemm_math_efficiency(hw, peak, dtype_bytes, efficiency=None):
@@ -164,10 +165,14 @@ def layer_compute_times(ctx, hw, p):
     gf = gbk = flops = wgrad_col = _w(0.0)
     mm_f = []                                              # forward time of each matmul, execution order
     q_in = q_out = _w(0.0)                                 # elements quantized per token: GEMM inputs (fwd), output grads (bwd)
+    sac_rc = _w(0.0)                                        # forward matmul time op-level SAC recomputes
+    kv_share = (2 * m.kv_width / (m.q_width + 2 * m.kv_width)) / 2 if not m.mla else 0.0   # wk of wq,wk,wv
     for (N, K, col) in attention_linears_rank(m, tp):
         f, b = gemm(T, N, K)
         gf, gbk, flops = gf + f, gbk + b, flops + 2 * T * N * K
         mm_f.append(f)
+        # torchtitan's order wq, wk, wv, wo, w1, w3, w2 saves the 1st, 3rd, … mm outputs: wk, wo, w3 rerun
+        sac_rc = sac_rc + f * (kv_share if col and len(mm_f) == 1 else (1.0 if not col else 0.0))
         if col:
             wgrad_col = wgrad_col + wgrad(T, N, K)
         q_in, q_out = q_in + K, q_out + N
@@ -178,6 +183,7 @@ def layer_compute_times(ctx, hw, p):
             f, b = gemm(T, N, K)
             gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * T * N * K
             mm_f.append((1 - fm) * f)
+            sac_rc = sac_rc + (1 - fm) * f * ((0.5 if m.gated_mlp else 0.0) if col else (0.0 if m.gated_mlp else 1.0))
             if col:
                 wgrad_col = wgrad_col + (1 - fm) * wgrad(T, N, K)
             q_in, q_out = q_in + (1 - fm) * K, q_out + (1 - fm) * N
@@ -195,6 +201,7 @@ def layer_compute_times(ctx, hw, p):
             gf, gbk = gf + fm * f, gbk + fm * b
             flops = flops + fm * 2 * Me * N * K
             mm_f.append(fm * f)
+            sac_rc = sac_rc + fm * f * ((0.5 if m.gated_mlp else 0.0) if N != h else (0.0 if m.gated_mlp else 1.0))
             q_in, q_out = q_in + fm * m.top_k * K, q_out + fm * m.top_k * N
         f, b = gemm_fwd_bwd(hw, T, m.num_experts, h, bA, peak16)   # router (BF16/FP32)
         gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * m.num_experts * h
@@ -205,8 +212,7 @@ def layer_compute_times(ctx, hw, p):
                 gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * N * K
                 mm_f.append(fm * f)
                 q_in, q_out = q_in + fm * K, q_out + fm * N
-    # op-level SAC recomputes every second matmul (torchtitan: mm outputs saved alternately)
-    mm_rc = sum(mm_f[1::2], _w(0.0))
+    mm_rc = sac_rc
     # attention core: Q·Kᵀ (d_qk) and P·V (d_v) over the keys each query attends to
     heads_loc = m.heads / tp
     kpq = keys_per_query(m, t)
@@ -244,7 +250,7 @@ def layer_compute_times(ctx, hw, p):
     act_bytes = T * act * bA * np.where(fm >= 1.0, 0.0, (1 - fm) * f_dense)
     if fm > 0:
         act_bytes = act_bytes + fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp)
-        act_bytes = act_bytes + fm * T * m.top_k * h * bA * kern.moe_permute_passes   # permute / unpermute
+        act_bytes = act_bytes + fm * T * m.top_k * h * bA * (kern.moe_permute_passes + kern.moe_token_passes)
         if m.shared_expert_ffn_hidden:
             act_bytes = act_bytes + fm * T * act * bA * m.shared_expert_ffn_hidden / tp
     rot = (m.heads * m.qk_rope_head_dim + m.qk_rope_head_dim) / tp if m.mla else \

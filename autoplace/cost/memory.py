@@ -215,6 +215,16 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         saved = 0.0
     full = sb * (repl + qkvo + core + mlp - saved)
     selective = sb * (repl + qkvo + mlp - saved) + np.where(t.attention == "eager", 0.0, sb * core)
+    if t.rt.memory.selective == "op-sac":
+        # torchtitan op-level SAC keeps the layer input, every other matmul output (wq, wv, w1, w2 of
+        # wq wk wv wo w1 w3 w2) and the SDPA output + log-sum-exp; norms, RoPE, activations, wk, wo
+        # and w3 are recomputed (torchtitan/distributed/activation_checkpoint.py _save_list)
+        if m.is_moe:
+            f_saved = fm * (m.top_k * m.f_expert / _w(p.t_exp) + m.shared_expert_ffn_hidden / tp) \
+                + (1 - fm) * m.ffn_hidden / tp
+        else:
+            f_saved = m.ffn_hidden / tp
+        selective = sb * (bA * (2 * h / t_sp + 2 * m.q_width / tp + kv_loc + f_saved) + 4.0 * m.heads / tp)
     ckpt = sb * bA * h / t_sp
     if mode == "all":
         return full, selective, ckpt

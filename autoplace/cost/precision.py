@@ -81,7 +81,8 @@ class GemmFormat:
         """HBM bytes per quantized element: its amax pass(es) at the activation width and the
         quantized copies written (0 without a recipe)."""
         r = self.recipe
-        return (r.amax_passes * b_a + r.copies * (r.operand_bytes + r.scale_bytes)) if r else 0.0
+        return ((r.amax_passes + 2 * r.transform_passes) * b_a + r.copies * (r.operand_bytes + r.scale_bytes)) \
+            if r else 0.0
 
 
 

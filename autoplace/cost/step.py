@@ -69,7 +69,7 @@ def _per_layer_comm(ctx, hw, p):
         S_ep = _w(p.mbs) * t.seq_len / (_w(p.cp) * t_sp) * m.top_k * m.hidden * t.b_A
         cm = t.rt.comm
         a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"], m.top_k if cm.a2a_node_dedup else 0.0,
-                              cm.a2a_efficiency) * (m.n_moe_layers / m.layers)
+                              cm.a2a_efficiency, cm.expert_span) * (m.n_moe_layers / m.layers)
     else:
         a2a = _w(0.0)
     return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a, tp_b_ovl
@@ -103,7 +103,11 @@ def stage_times(ctx, hw, p):
     # recompute per layer: full → forward again (with its TP collectives); selective → attention core
     rc = _w(p.rc)
     rc_full = comp_f
-    rc_sel = lt["attn_f"] + lt["attn_elem_f"]
+    if ctx.train.rt.memory.selective == "op-sac":
+        # op-level SAC (torchtitan): every elementwise op and every second matmul re-run in backward
+        rc_sel = lt["elem_f"] + lt["mm_rc"]
+    else:
+        rc_sel = lt["attn_f"] + lt["attn_elem_f"]            # Megatron selective: the attention core
     # TP: embedding (AR fwd | RS fwd + AG bwd) and output layer (AR bwd | AG fwd + RS bwd + re-AG)
     st = N.axis_strides(p)
     T = _w(p.mbs) * ctx.train.seq_len / _w(p.cp)

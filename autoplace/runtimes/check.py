@@ -41,6 +41,8 @@ def validate_runtime(rt) -> None:
                                 ("[supports] vpp_group", s.vpp_group, GROUP_MODES),
                                 ("[defaults] regime", d.regime, tuple(REGIMES)),
                                 ("[memory] selective", mem.selective, SELECTIVE),
+                                ("[defaults] recompute", d.recompute, ("",) + RECOMPUTE),
+                                ("[defaults] ep_policy", d.ep_policy, ("node", "data")),
                                 ("[defaults] rank_order", d.rank_order, RANK_ORDERS)):
         if val not in allowed:
             bad(where, val, allowed)

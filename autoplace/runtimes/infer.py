@@ -35,12 +35,23 @@ PERF_TABLE = (r"performance summary|performance-summary|perf(?:ormance)? recipes
               "a performance-benchmark table: the perf recipes reduce gradients in BF16 (grad_reduce_in_fp32=False)")
 
 
-def benchmark_overrides(text: str, runtime: str) -> tuple[dict, str]:
-    """TrainingSpec overrides the record's source implies for its runtime (benchmark mode)."""
+# NeMo AutoModel's benchmark configs route with `fake_balanced_gate`: uniform round-robin over
+# consecutive experts, no router GEMM (nemo_automodel/components/moe/layers.py) — a token's experts
+# sit on one or two neighbouring ranks, so it crosses to at most one other NVLink domain
+AUTOMODEL_TABLE = (r"performance summary|performance-summary|benchmark", {"expert_span": 1},
+                   "NeMo AutoModel benchmark configs: fake balanced gate (a token's experts are consecutive)")
+
+
+def benchmark_overrides(text: str, runtime: str) -> tuple[dict, dict, str]:
+    """(TrainingSpec overrides, runtime [comm] overrides, why) the record's source implies for its
+    runtime: the benchmark-mode settings of NVIDIA's published tables."""
     pat, over, why = PERF_TABLE
     if runtime.startswith("megatron-core") and re.search(pat, text):
-        return dict(over), why
-    return {}, ""
+        return dict(over), {}, why
+    pat, comm, why = AUTOMODEL_TABLE
+    if runtime == "nemo-automodel" and re.search(pat, text):
+        return {}, dict(comm), why
+    return {}, {}, ""
 
 
 def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsdp: bool = False,

@@ -44,6 +44,9 @@ class Recipe:
     weight_cache: float
     """Bytes per parameter of quantized weight copies kept from forward to backward (when the
     runtime keeps them): copies × (operand + scale) bytes."""
+    transform_passes: float = 0.0
+    """Extra read + write passes (at the activation width) over each quantized tensor before the
+    cast: NVFP4's 16-point random Hadamard transform of the wgrad operands (1 pass, read + write)."""
     bf16_share: float = 0.0
     """Share of the transformer GEMM FLOPs the recipe keeps in BF16."""
     min_arch: str = "hopper"
@@ -65,8 +68,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         description="TE Float8BlockScaling: 1×128 activation / 128×128 weight blocks (DeepSeek-V3 style)"),
     _te("mxfp8", "fp8", 1.0, 1.0 / 32, 0, 2, min_arch="blackwell",
         description="TE MXFP8BlockScaling: E8M0 scale per 32 elements, row- and column-wise copies"),
-    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 0, 2, min_arch="blackwell",
-        description="TE NVFP4BlockScaling: E4M3 scale per 16 elements (+ a per-tensor FP32 scale), 2-D weight "
+    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 1, 2, min_arch="blackwell", transform_passes=1.0,
+        description="TE NVFP4BlockScaling: E4M3 scale per 16 elements under a per-tensor FP32 scale (its amax "
+                    "is a pass of its own), 2-D weight "
                     "scaling, random Hadamard transforms on the wgrad inputs; fprop, dgrad and wgrad in FP4 "
                     "(Megatron-Bridge bf16_with_nvfp4_mixed keeps no layer in BF16)"),
     Recipe(name="tensorwise", library="torchao", gemm_dtype="fp8", operand_bytes=1.0, scale_bytes=0.0,

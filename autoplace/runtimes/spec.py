@@ -68,6 +68,9 @@ class Kernels:
     forwarding, fewer copies), allgather (tokens all-gathered over EP)."""
     moe_grouped_gemm: bool = True
     """Experts run as one grouped GEMM (TE/cutlass grouped GEMM) rather than a loop of GEMMs."""
+    moe_token_passes: float = 0.0
+    """HBM passes per routed token-slot (× hidden) of the MoE layer's own bookkeeping besides the
+    permutes: probability weighting, the combine's accumulation, receive/send buffer staging."""
     moe_permute_passes: float = 4.0
     """HBM passes per routed token-slot (× hidden) of the token permute/unpermute around the
     all-to-all: separate permute and unpermute kernels (each a read + write) 4; DeepEP / hybrid-EP
@@ -110,6 +113,9 @@ class CommBehaviour:
     a2a_node_dedup: bool = False
     """The dispatch sends a token to each remote node once and forwards it to that node's experts
     over NVLink (DeepEP / hybrid-EP), instead of once per routed expert (NCCL all-to-all)."""
+    expert_span: int = 0
+    """Domains a token's experts span when routing is not random: 1 for benchmark gates that send a
+    token to k consecutive experts (NeMo AutoModel `fake_balanced_gate`); 0 = random routing."""
     ep_comm_sms: int = 0
     """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
     Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
@@ -170,6 +176,14 @@ class Defaults:
     """Attention materializes the s² scores (pre-flash Megatron fused-softmax kernels)."""
     micro_batch: int = 1
     """Micro-batch size the stack's recipes use when none is given."""
+    recompute: str = ""
+    """Activation recomputation its recipes switch on when a run does not say ("" → none stated:
+    the record mapping takes the least recompute that fits)."""
+    reshard_after_forward: bool = True
+    """FSDP/ZeRO-3 reshards parameters after forward unless a run says otherwise."""
+    ep_policy: str = "node"
+    """Expert-parallel degree its recipes use when a run does not state one: node (the largest that
+    fits one NVLink node) or data (every data-parallel rank)."""
     rank_order: str = "tp-cp-ep-dp-pp"
     """Mesh order (Megatron tp-cp-ep-dp-pp; torchtitan pp-dp-cp-tp)."""
     seq_len: int = 0

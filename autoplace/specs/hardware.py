@@ -54,8 +54,11 @@ class HardwareSpec:
     """Host link (PCIe / C2C) per GPU, one direction, bytes/s."""
     arch: str = ""
     """GPU architecture: volta, ampere, hopper, blackwell, cdna3, cpu (which low-precision formats exist)."""
+    sustained_factor: float = 0.92
+    """Share of the burst MAMF a GPU sustains through training (clock throttling under load): the
+    GEMM and attention efficiencies below are this × the measured best (documented per profile)."""
     gemm_efficiency: float = 0.8
-    """Achievable fraction of the BF16 peak on large GEMMs (0.92 × MAMF on every profile)."""
+    """Achievable fraction of the BF16 peak on large GEMMs (sustained_factor × MAMF)."""
     gemm_efficiency_fp8: float = 0.0
     """The same for FP8 GEMMs against the FP8 peak (0 → gemm_efficiency)."""
     gemm_efficiency_fp4: float = 0.0

@@ -133,6 +133,12 @@ def _map_with_recompute(rec: dict) -> tuple[Mapped, dict]:
     if stated is not None:
         mp = map_shaped(rec)
         return mp, estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
+    probe = map_shaped(rec, recompute_override="none")
+    rt_rc = probe.train.rt.defaults.recompute
+    if rt_rc:
+        mp = map_shaped(rec, recompute_override=rt_rc)
+        mp.assumptions.append(f"recompute not stated → '{rt_rc}' ({mp.train.rt.name}'s recipes switch it on)")
+        return mp, estimate(mp.model, mp.hw, mp.train, mp.plan, mp.world, headroom=0.0)
 
     def fits(est):
         return est["legal"] and est["memory"]["fits"]

@@ -136,6 +136,10 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
         kern["fp8_attention"] = True
     if re.search(r"flexattn|flex attention|flexattention", text):
         kern["attention"] = "flex"
+    _, bench_comm, bench_why = benchmark_overrides(text, rt.name)
+    if bench_comm:
+        comm.update(bench_comm)
+        assumptions.append(bench_why)
     if kern or comm:
         rt = replace(rt, kernels=replace(k, **kern), comm=replace(rt.comm, **comm))
         assumptions.append("workload switches from the record: " + ", ".join(f"{a}={b}" for a, b in {**kern, **comm}.items()))
@@ -157,7 +161,7 @@ def map_training(rec: dict, rt, seq_len: int, global_batch: int, assumptions: li
     if regime.startswith("megatron-"):
         regime = "megatron-fp16" if prec == "fp16" else "megatron-bf16"
     kw["regime"] = regime
-    over, why = benchmark_overrides(record_text(rec), rt.name)
+    over, _, why = benchmark_overrides(record_text(rec), rt.name)
     if over:
         kw.update(over)
         assumptions.append(why)
@@ -259,11 +263,14 @@ def _sharding(rec: dict, zero: int | None, fsdp: bool, rt) -> tuple[int, bool, s
         return 0, True, "FSDP NO_SHARD → DDP"
     if "shard_grad_op" in t or zero == 2:
         return 3, False, "FSDP SHARD_GRAD_OP → zero=3 without resharding after forward"
-    return 3, True, "FSDP FULL_SHARD → zero=3"
+    if "full_shard" in t:
+        return 3, True, "FSDP FULL_SHARD → zero=3"
+    r = rt.defaults.reshard_after_forward
+    return 3, r, f"FSDP → zero=3, {'resharding' if r else 'no resharding'} after forward ({rt.name}'s default)"
 
 
 def _expert_degrees(rec: dict, model: ModelSpec, dp: int, cp: int, tp: int, hw, knobs: dict,
-                    assumptions: list) -> tuple[int, int]:
+                    assumptions: list, rt) -> tuple[int, int]:
     """(ep, etp): stated, else for an MoE model the largest expert-parallel degree inside one node
     that divides the experts and dp·cp (stated as an assumption)."""
     plan = rec.get("plan") or {}
@@ -271,11 +278,13 @@ def _expert_degrees(rec: dict, model: ModelSpec, dp: int, cp: int, tp: int, hw, 
     if ep is None:
         ep = 1
         if model.is_moe and plan.get("ep", "") is None:
+            cap = (dp * cp) if rt.defaults.ep_policy == "data" else hw.gpus_per_node
             cands = [e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0
-                     and (dp * cp) % e == 0 and e <= hw.gpus_per_node]
+                     and (dp * cp) % e == 0 and e <= cap]
             ep = max(cands) if cands else 1
-            assumptions.append(f"plan.ep null on an MoE model → {ep} (largest degree inside one node that divides "
-                               f"the {model.num_experts} experts and dp·cp)")
+            where = "the data-parallel group" if rt.defaults.ep_policy == "data" else "one node"
+            assumptions.append(f"plan.ep null on an MoE model → {ep} ({rt.name}: the largest degree inside {where} "
+                               f"that divides the {model.num_experts} experts and dp·cp)")
     etp = as_int(knobs.get("expert_tensor_parallel_size"))
     if etp is None and re.search(r"etp\s*=\s*1|expert tensor parallel\w*\s*=\s*1", record_text(rec)):
         etp = 1
@@ -391,7 +400,7 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
         gb = mbs * kw["dp"] * ga
         assumptions.append(f"global batch = mbs·dp·grad_accum = {gb}")
     train = map_training(rec, rt, seq, gb, assumptions)
-    ep, etp = _expert_degrees(rec, model, kw["dp"], kw["cp"], kw["tp"], hw, knobs, assumptions)
+    ep, etp = _expert_degrees(rec, model, kw["dp"], kw["cp"], kw["tp"], hw, knobs, assumptions, rt)
     kw.update(ep=ep, etp=etp)
     if not model.is_moe:
         kw.pop("ep_overlap", None)
