@@ -65,3 +65,28 @@ def public_targets(results, summary) -> dict:
         out["zero_t2"] = {"rows": len(zs), "fits": fits, "vs_analytic_mean": va[0], "vs_analytic_max": va[1],
                           "vs_measured_mean": vm[0], "vs_measured_max": vm[1], "met": fits == len(zs)}
     return out
+
+
+def _tokens_entry(r):
+    """The tokens/s entry of a throughput record (else its primary entry): the convention-free rate."""
+    return _entry(r, "tokens_per_sec_per_gpu") or r.primary()
+
+
+def modern_targets(results) -> dict:
+    """The targets of the 2024–2026 set (issue 11): throughput coverage ≥ 95 %, tokens/s/GPU mean
+    |err| ≤ 10 % and max ≤ 25 % (tokens/s: TFLOP/s depends on each source's FLOP convention)."""
+    thr = [r for r in results if r.is_throughput]
+    pred = [r for r in thr if r.skipped is None]
+    errs = [(r.id, e["error_pct"]) for r in pred if (e := _tokens_entry(r)) is not None and e.get("error_pct") is not None]
+    mean, mx, n = _stats(v for _, v in errs)
+    out = {"records": len(thr), "predicted": len(pred), "coverage": len(pred) / len(thr) if thr else None,
+           "tokens_mean": mean, "tokens_max": mx, "rows": n,
+           "worst": sorted(errs, key=lambda kv: -abs(kv[1]))[:5]}
+    by: dict = {}
+    for r in pred:
+        e = _tokens_entry(r)
+        if e is not None and e.get("error_pct") is not None:
+            by.setdefault(r.source, []).append(e["error_pct"])
+    out["by_source"] = {s: dict(zip(("mean", "max", "rows"), _stats(v))) for s, v in by.items()}
+    out["met"] = bool(thr) and out["coverage"] >= 0.95 and mean is not None and mean <= 10 and mx <= 25
+    return out
