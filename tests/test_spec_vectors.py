@@ -18,8 +18,8 @@ import pytest
 
 from autoplace.cost import comm as C
 from autoplace.cost import memory as M
-from autoplace.plan import Plan, micro_batches
 from autoplace.placement.rules import Ctx, check, notes
+from autoplace.plan import Plan, micro_batches
 from autoplace.specs.model import ModelSpec, params_only
 from autoplace.specs.presets import get_preset
 from autoplace.specs.training import TrainingSpec

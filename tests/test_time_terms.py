@@ -14,8 +14,8 @@ from autoplace.cost import compute as K
 from autoplace.cost import memory as Mm
 from autoplace.cost import network as N
 from autoplace.cost import step as S
-from autoplace.plan import Plan
 from autoplace.placement.rules import Ctx
+from autoplace.plan import Plan
 from autoplace.specs.hardware import load_hardware
 from autoplace.specs.presets import get_preset
 from autoplace.specs.training import TrainingSpec

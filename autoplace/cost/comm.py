@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace.cost.memory import (_w, block_recompute, k1_active, layers_on_stage, shard_groups,
-                                   stage_param_counts, vocab_padded)
+from autoplace.cost.memory import (
+    _w,
+    block_recompute,
+    k1_active,
+    layers_on_stage,
+    shard_groups,
+    stage_param_counts,
+    vocab_padded,
+)
 from autoplace.cost.precision import param_gather_bytes
 from autoplace.plan import micro_batches
 

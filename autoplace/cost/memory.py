@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace.cost.precision import param_gather_bytes, param_store_bytes, recipe_of
+from autoplace.cost.precision import param_store_bytes, recipe_of
 from autoplace.plan import micro_batches
 from autoplace.specs.model import padded_vocab
-
 
 
 def _w(x):

@@ -21,7 +21,6 @@ import numpy as np
 
 from autoplace.cost.memory import _w
 
-
 # A kernel launched from a CUDA graph keeps its GPU-side tail but not the host launch: ~40 % of the
 # per-kernel overhead remains (CUDA graphs remove the launch latency, ~2–3 µs of ~5 µs per kernel)
 CUDA_GRAPH_KERNEL_SHARE = 0.4

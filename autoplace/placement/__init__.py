@@ -6,8 +6,8 @@ communication (autoplace.cost) read the per-axis modes through the integer codes
 single-plan estimate and for the vectorized search.
 """
 
-from autoplace.placement.modes import AXES, MODES, STATES, Mode, State
 from autoplace.placement.compose import Placement, compose, dp_modes
+from autoplace.placement.modes import AXES, MODES, STATES, Mode, State
 from autoplace.placement.strategies import STRATEGIES, strategy_plan
 
 __all__ = ["AXES", "MODES", "STATES", "Mode", "State", "Placement", "compose", "dp_modes",

@@ -30,8 +30,17 @@ import numpy as np
 from autoplace.errors import AutoplaceError
 from autoplace.estimate import estimate
 from autoplace.validate import flops as F
-from autoplace.validate.mapping import (GIB, Mapped, Skip, as_float, map_shaped, map_states_only,
-                                        parse_recompute, source_key, table_key)
+from autoplace.validate.mapping import (
+    GIB,
+    Mapped,
+    Skip,
+    as_float,
+    map_shaped,
+    map_states_only,
+    parse_recompute,
+    source_key,
+    table_key,
+)
 
 THROUGHPUT = ("tflops_per_gpu", "mfu", "hfu", "pct_of_peak", "tokens_per_sec_per_gpu",
               "tokens_per_sec_total", "aggregate_pflops")

@@ -26,9 +26,23 @@ from autoplace.specs.hardware import HardwareSpec, load_hardware
 from autoplace.specs.model import ModelSpec, params_only
 from autoplace.specs.training import TrainingSpec
 from autoplace.validate.model_map import map_model
-from autoplace.validate.record import (GIB, Skip, _text, as_float, as_int, citation_year, parse_global_batch,
-                                       parse_precision, parse_recipe, parse_recompute, parse_zero, record_text,
-                                       source_key, table_key, workload_knobs)
+from autoplace.validate.record import (
+    GIB,
+    Skip,
+    _text,
+    as_float,
+    as_int,
+    citation_year,
+    parse_global_batch,
+    parse_precision,
+    parse_recipe,
+    parse_recompute,
+    parse_zero,
+    record_text,
+    source_key,
+    table_key,
+    workload_knobs,
+)
 
 __all__ = ["GIB", "Mapped", "Skip", "as_float", "as_int", "map_shaped", "map_states_only", "parse_precision",
            "parse_recompute", "parse_zero", "source_key", "table_key"]
