@@ -261,8 +261,10 @@ def match_gpu_name(name: str) -> tuple[str | None, str]:
         if re.search(pat, t):
             if stem == "v100-dgx2" and gb is not None and gb != 32:
                 return None, f"'{name}': only the 32 GB V100 (DGX-2) has a profile"
+            if stem == "h100-sxm-80gb" and gb in (95, 96) or re.search(r"grand\s*teton", t):
+                return "h100-96gb-gt", ""
             if stem == "h100-sxm-80gb" and gb is not None and gb not in (80, 94):
-                return None, f"'{name}': only the 80 GB H100 SXM has a profile"
+                return None, f"'{name}': only the 80 GB H100 SXM and the 96 GB Grand Teton H100 have profiles"
             return stem, ""
     if re.search(r"a100", t):
         if gb == 40:

@@ -206,6 +206,8 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
     W = mp.world
     res.mapping.update({"step_s": _round(step), "breakdown_s": {k: _round(v) for k, v in tm["breakdown_s"].items()},
                         "peak_memory_gib": _round(est["memory"]["peak_bytes"] / GIB),
+                        "reserved_gib": _round(est["memory"]["reserved_bytes"] / GIB),
+                        "allocated_gib": _round(est["memory"]["allocated_bytes"] / GIB),
                         "memory_utilization": _round(est["memory"]["peak_bytes"] / est["memory"]["limit_bytes"], 4),
                         "fits": bool(est["memory"]["fits"])})
     measured = rec.get("measured") or {}
@@ -233,8 +235,10 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
             res.entries[-1]["time_error_pct"] = res.entries[-1]["error_pct"]
             continue
         if base in MEMORY:
-            res.entries.append(_entry(res.id, res.source, key, meas, est["memory"]["peak_bytes"] / MEMORY[base],
-                                      unit="GiB" if base.endswith("gib") else "GB", **extra))
+            # a framework's "memory" is torch's max_memory_reserved (torchtitan, Megatron logs): the
+            # caching allocator's peak, without the CUDA context and NCCL buffers outside it
+            res.entries.append(_entry(res.id, res.source, key, meas, est["memory"]["reserved_bytes"] / MEMORY[base],
+                                      unit="GiB" if base.endswith("gib") else "GB", compared="reserved", **extra))
             continue
         if base not in THROUGHPUT:
             res.not_compared.append({"metric": key, "reason": NOT_COMPARED.get(key, "metric not modelled")})
