@@ -17,7 +17,7 @@ def _root() -> None:
 
 def _register() -> None:
     import importlib
-    for name in ("estimate", "search", "validate", "profile", "calibrate", "export", "info"):
+    for name in ("estimate", "search", "sweep", "compare", "validate", "profile", "calibrate", "export", "info"):
         try:
             mod = importlib.import_module(f"autoplace.cli.{name}")
         except ModuleNotFoundError as e:  # a command module not written yet

@@ -59,6 +59,8 @@ class HardwareSpec:
     comm_buffer_bytes: float = 0.0          # NCCL communicator buffers (all groups together)
     allocator_reserve_frac: float = 0.0     # share of memory the caching allocator cannot hand out
     step_overhead_s: float = 0.0            # per-iteration fixed host/launch overhead
+    price_per_gpu_hour: float | None = None # rental price (currency units per GPU-hour) for sweep cost columns;
+                                            # None: no price (cost shows "—"); profiles label theirs as assumptions
     source: str = "builtin"
     notes: str = ""
 
