@@ -208,3 +208,35 @@ def test_sweep_pictures_from_a_sweep_document():
     for name, data in pics.items():
         w, h, colours, ink = _png_info(data)
         assert colours > 20 and ink > 0.02, name
+
+
+def test_plot_and_report_options_on_every_command(tmp_path):
+    from typer.testing import CliRunner
+    from autoplace.cli import app
+    runner = CliRunner()
+    plan = ["--plan", "tp=8,pp=2,zero=1,sp=1,mbs=1"]
+    cases = {
+        "estimate": (["estimate", "--model", "13b", "--gpus", "64", "--global-batch", "128", *plan],
+                     {"memory.png", "step_breakdown.png", "pipeline_timeline.png"}),
+        "search": (["search", "--model", "7b", "--gpus", "8", "--global-batch", "64", "--space", "megatron"],
+                   {"memory.png", "step_breakdown.png", "pipeline_timeline.png"}),
+        "sweep": (["sweep", "--model", "7b", "--gpus", "8,16", "--global-batch", "64", "--space", "megatron",
+                   "--tokens", "10B", "--deadline", "30d"],
+                  {"sweep_curves.png", "pareto.png", "pick_memory.png", "pick_step_breakdown.png",
+                   "pick_pipeline_timeline.png"}),
+        "compare": (["compare", "--model", "13b", "--gpus", "64", "--global-batch", "128", *plan,
+                     "--plan", "tp=4,pp=4,zero=1,mbs=1"],
+                    {"compare_memory.png", "compare_step_breakdown.png", "A_pipeline_timeline.png",
+                     "B_pipeline_timeline.png"}),
+    }
+    for name, (args, files) in cases.items():
+        out, rep = tmp_path / name, tmp_path / f"{name}.html"
+        r = runner.invoke(app, [*args, "--plot", str(out), "--report", str(rep)])
+        assert r.exit_code == 0, (name, r.output)
+        assert {p.name for p in out.iterdir()} == files, name
+        for p in out.iterdir():
+            assert p.read_bytes()[:8] == PNG_SIG
+        html = rep.read_text()
+        assert html.count("data:image/png;base64,") == len(files), name
+    bad = runner.invoke(app, ["estimate", "--model", "13b", "--gpus", "8", "--plot", str(tmp_path / "estimate.html")])
+    assert bad.exit_code == 1 and "--plot" in bad.output
