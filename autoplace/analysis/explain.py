@@ -163,3 +163,23 @@ def verdict(a: dict, b: dict, la: str = "A", lb: str = "B") -> dict:
         sentence += " " + "; ".join(notes) + "."
     out["sentence"] = sentence
     return out
+
+
+def plan_text(plan) -> str:
+    """The plan as a `--plan` string with every knob that differs from the default (paste it into
+    estimate / compare): 'dp=128,tp=4,zero=3,sp=1,recompute=block,recompute_layers=14,mbs=4,tp_overlap=1'."""
+    from dataclasses import fields
+    from autoplace.plan import Plan
+    default = Plan()
+    out = []
+    for f in fields(Plan):
+        v = getattr(plan, f.name)
+        if v == getattr(default, f.name) or (f.name == "etp" and v == plan.tp) or \
+                (f.name == "vpp_group" and v in (0, plan.pp)) or (f.name == "vpp" and plan.schedule != "interleaved"):
+            continue
+        if isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, tuple):
+            v = ":".join(str(x) for x in v)
+        out.append(f"{f.name}={v:g}" if isinstance(v, float) else f"{f.name}={v}")
+    return ",".join(out)

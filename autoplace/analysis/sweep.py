@@ -62,7 +62,7 @@ def solve_point(model, hw, label, point: Point, space, cfg: SweepConfig, price=(
                 workers: int | None = None) -> dict:
     """One sweep row: the search at `point` and what it means for the run."""
     from autoplace.analysis.common import build_training
-    from autoplace.analysis.explain import memory_note
+    from autoplace.analysis.explain import memory_note, plan_text
     from autoplace.estimate import estimate
     from autoplace.placement.rules import Ctx
     from autoplace.search.driver import run_search
@@ -94,7 +94,8 @@ def solve_point(model, hw, label, point: Point, space, cfg: SweepConfig, price=(
     doc = estimate(model, hw, train, plan, world, cfg.headroom)
     tm = doc["time"]
     tps = train.tokens_per_step / step
-    row.update(plan=doc["plan"], plan_short=plan.short(), step_s=step, tokens_per_s=tps,
+    row.update(plan=doc["plan"], plan_short=plan.short() + (" +tp-ovl" if plan.tp_overlap else ""),
+               plan_text=plan_text(plan), step_s=step, tokens_per_s=tps,
                tokens_per_s_per_gpu=tm["tokens_per_s_per_gpu"], mfu=tm["mfu"], tflops_per_gpu=tm["tflops_per_gpu"],
                peak_bytes=doc["memory"]["peak_bytes"], limit_bytes=doc["memory"]["limit_bytes"],
                search={k: res["stats"].get(k) for k in ("method", "evaluated", "legal", "feasible", "optimal")},

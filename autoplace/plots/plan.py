@@ -113,7 +113,7 @@ def timeline_figure(tl: dict, title: str = ""):
         gs = fig.add_gridspec(2, 2, hspace=0.45, wspace=0.12)
         ax = fig.add_subplot(gs[0, :])
         unit = max(f + b for f, b in zip(tl["stage_f"], tl["stage_b"])) / v
-        w = min(span / 2, 0.6 * (p * v + 2 * p) * unit)
+        w = min(span / 2, max(3.0, 0.35 * (p * v + 2 * p)) * unit)
         a1, a2 = fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])
         _gantt(ax, tl, 0.0, span, labels=False)
         _gantt(a1, tl, 0.0, w, labels=True)
@@ -133,7 +133,7 @@ def timeline_figure(tl: dict, title: str = ""):
     hnd.append(Line2D([0], [0], color="#d62728", ls="--", label=f"model pipeline time {tl['pipeline_s']:.3f} s"))
     fig.legend(handles=hnd, fontsize=7, loc="upper center", ncol=5, bbox_to_anchor=(0.5, 0.02 if zoom else 0.0))
     busy0 = sum(o.end - o.start for o in ops if o.stage == 0)
-    sched = tl["schedule"] + (f" v={v}" if v > 1 else "")
+    sched = (tl["schedule"] + (f" v={v}" if v > 1 else "")) if p > 1 else "no pipeline (gradient accumulation)"
     ax.set_title(f"{title + chr(10) if title else ''}{sched}, {m} micro-batches × {p} stages: makespan "
                  f"{span:.3f} s (model {tl['pipeline_s']:.3f} s), stage 0 idle {1 - busy0 / span:.1%}", fontsize=9)
     fig.subplots_adjust(bottom=0.18 if not zoom else 0.1)

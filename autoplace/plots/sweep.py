@@ -62,11 +62,15 @@ def curves_figure(sweep: dict):
     axes[0].set_ylabel("step time (s)")
     if tokens:
         axes[1].set_yscale("log")
-        axes[1].set_ylabel(f"days to train {sweep['rows'][0].get('tokens', 0):.3g} tokens")
+        from autoplace.analysis.inputs import fmt_tokens
+        n = next(r["tokens"] for r in rows if r["status"] == "ok")
+        axes[1].set_ylabel(f"days to train {fmt_tokens(n)} tokens")
         axes[2].set_ylabel("cost" if metric == "cost" else "GPU-hours")
     else:
         axes[1].set_ylabel("tokens / s (cluster)")
         axes[2].set_ylabel(("cost" if metric == "cost" else "GPU-hours") + " per 1B tokens")
+    from matplotlib.ticker import FuncFormatter
+    axes[2].yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
     fig.suptitle(f"sweep: {sweep.get('model', '')}", fontsize=10)
@@ -104,6 +108,8 @@ def pareto_figure(sweep: dict):
         if dl.get("pick") is not None:
             x, y = xy(rows[dl["pick"]])
             ax.plot([x], [y], "*", ms=16, color="#d62728", zorder=4, label="pick")
+    from matplotlib.ticker import FuncFormatter
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.set_xscale("log")
     ax.set_xlabel("days to train" + ("" if tokens else " 1B tokens"))
     ax.set_ylabel(("cost" if metric == "cost" else "GPU-hours") + ("" if tokens else " per 1B tokens"))
