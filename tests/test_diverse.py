@@ -97,6 +97,6 @@ def test_search_cli_diverse():
     plain = json.loads(runner.invoke(app, ["search", "--model", "13b", "--gpus", "64", "--json"]).stdout)
     assert plain["plans"][0]["plan"] == doc["plans"][0]["plan"]
     t = runner.invoke(app, ["search", "--model", "13b", "--gpus", "64", "--diverse"])
-    assert "best plan of each family" in t.output and "no feasible plan in family EP" in t.output
+    assert "best plan of each family" in t.output and "no legal plan that fits in family EP" in t.output
     bad = runner.invoke(app, ["search", "--model", "13b", "--gpus", "64", "--diverse", "--method", "bayes"])
     assert bad.exit_code == 1 and "--diverse needs the exhaustive search" in bad.output

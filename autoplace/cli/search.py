@@ -114,8 +114,8 @@ def render(result, docs, train_note, space, explain: bool, console, families=Non
         from autoplace.search.families import FAMILIES
         missing = [f for f in FAMILIES if f not in families]
         if missing:
-            con.print(f"[dim]no feasible plan in famil{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} "
-                      "(families: README, 'How to read autoplace search')[/]")
+            con.print(f"[dim]no legal plan that fits in famil{'y' if len(missing) == 1 else 'ies'} "
+                      f"{', '.join(missing)} (families: README, 'How to read autoplace search')[/]")
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
