@@ -71,6 +71,9 @@ def curves_figure(sweep: dict):
         axes[2].set_ylabel(("cost" if metric == "cost" else "GPU-hours") + " per 1B tokens")
     from matplotlib.ticker import FuncFormatter
     axes[2].yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    for ax in axes[:2]:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:g}"[0] in "25" else ""))
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
     fig.suptitle(f"sweep: {sweep.get('model', '')}", fontsize=10)
@@ -111,6 +114,8 @@ def pareto_figure(sweep: dict):
     from matplotlib.ticker import FuncFormatter
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: f"{x:g}" if str(f"{x:g}")[0] in "25" else ""))
     ax.set_xlabel("days to train" + ("" if tokens else " 1B tokens"))
     ax.set_ylabel(("cost" if metric == "cost" else "GPU-hours") + ("" if tokens else " per 1B tokens"))
     ax.grid(alpha=0.3, which="both")
