@@ -75,8 +75,6 @@ def test_orders_are_the_launchers_and_hold_what_the_memory_model_charges():
                 continue
             m = int(B // (plan.mbs * plan.dp))
             v = plan.vpp if plan.schedule == "interleaved" else 1
-            if plan.schedule == "interleaved" and m == plan.pp:
-                continue    # Megatron runs all m·v forwards first when m = p (see test below)
             order = schedule_order(plan.schedule, plan.pp, m, v, plan.vpp_group)
             for i in range(plan.pp):
                 first_b = next(k for k, op in enumerate(order[i]) if op[0] == "B")
@@ -88,10 +86,11 @@ def test_orders_are_the_launchers_and_hold_what_the_memory_model_charges():
                 assert _inflight(order[i]) == int(np.asarray(M.in_flight(ctx, plan, i))), (text, B, i)
 
 
-def test_interleaved_with_m_equal_p_runs_all_forwards_first():
+def test_interleaved_warm_up_with_m_equal_p_is_megatron_cores():
+    # megatron-core (microbatch_group_size_per_vp_stage): no all-forwards special case at m = p
     order = schedule_order("interleaved", 4, 4, 2)
-    for i in range(4):
-        assert [k for k, _, _ in order[i]] == ["F"] * 8 + ["B"] * 8
+    assert [k for k, _, _ in order[0]] == ["F"] * 8 + ["B"] * 8          # 2·3 + 4 = 10 ≥ m·v = 8
+    assert [k for k, _, _ in order[3]][:6] == ["F"] * 5 + ["B"]           # (v−1)·G = 4 warm-up, then 1F1B
 
 
 @pytest.mark.parametrize("text", ["tp=8,pp=2,zero=1,sp=1,recompute=selective,mbs=1",

@@ -8,8 +8,9 @@ Orders (per pipeline rank i of p, m micro-batches, v model chunks):
 - interleaved 1F1B (Megatron `forward_backward_pipelining_with_interleaving`, `get_schedule_table`):
   the virtual micro-batches k = 0 … m·v−1 visit (micro-batch, chunk) group by group — G micro-batches
   (vpp_group, default p) through chunk 0, the same G through chunk 1, …; backwards walk the same
-  table with the chunks reversed. Rank i runs 2(p−i−1) + (v−1)·G warm-up forwards (all m·v when
-  m = p), then 1F1B.
+  table with the chunks reversed. Rank i runs min(2(p−i−1) + (v−1)·G, m·v) warm-up forwards, then
+  1F1B (megatron-core with `microbatch_group_size_per_vp_stage`; releases before it ran all m·v
+  forwards first when m = p).
 
 Each rank executes its list in order; an operation starts when its rank is free and its input is
 ready (forward of virtual stage s after the forward of s−1; backward of s after the backward of
@@ -85,7 +86,7 @@ def schedule_order(schedule: str, p: int, m: int, v: int = 1, group: int = 0) ->
     total = m * v
     out = []
     for i in range(p):
-        w = total if m == p else min(2 * (p - i - 1) + (v - 1) * G, total)
+        w = min(2 * (p - i - 1) + (v - 1) * G, total)
         fwd = [("F", j, c) for j, c in table]
         bwd = [("B", j, v - 1 - c) for j, c in table]
         ops = fwd[:w]
