@@ -32,6 +32,23 @@ def atomic_write(path: str | Path, text: str) -> Path:
     return path
 
 
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """`atomic_write` for binary content (PNG, HTML as bytes): temp file in the same folder + os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
 def to_jsonable(obj: object, *, toml: bool = False) -> object:
     """Plain Python containers and scalars from numpy arrays/scalars, tuples and nested dicts.
 

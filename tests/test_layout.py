@@ -37,7 +37,7 @@ def test_every_command_module_is_registered():
     from autoplace.cli import app
     modules = sorted(p.stem for p in (PKG / "cli").glob("*.py")
                      if "def register(" in p.read_text(encoding="utf-8"))
-    assert modules == ["calibrate", "estimate", "export", "profile", "search", "validate"]
+    assert modules == ["calibrate", "compare", "estimate", "export", "profile", "search", "sweep", "validate"]
     assert sorted(get_command(app).commands) == modules
 
 

@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         states_only: bool = typer.Option(False, "--states-only", help="P+G+O memory and DP traffic only (ZeRO accounting)"),
         headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+        plot: Optional[str] = typer.Option(None, "--plot", help="write PNG pictures (memory, step time, pipeline timeline) to DIR"),
+        report: Optional[str] = typer.Option(None, "--report", help="write a self-contained HTML report to FILE.html"),
     ):
         """Memory per pipeline stage, communication per axis and step time of one plan."""
         from autoplace.estimate import estimate as run
@@ -51,11 +53,16 @@ def register(app: typer.Typer) -> None:
                 global_batch = max(r.dp, 1) * r.mbs
             train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world)
             train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
+        from autoplace.cli.visuals import check_outputs
+        check_outputs(plot, report)
         doc = run(m, hw, train, p, world, headroom)
         if as_json:
             print_json(doc)
         else:
             from autoplace.report import render_estimate
             render_estimate(doc)
+        if plot or report:
+            from autoplace.cli.visuals import estimate_visuals
+            estimate_visuals(m, hw, train, p, world, doc, plot, report)
         if not doc["legal"]:
             raise typer.Exit(2)

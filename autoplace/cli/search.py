@@ -11,6 +11,8 @@ from typing import List, Optional
 
 import typer
 
+from autoplace.analysis.common import build_training  # noqa: F401  (re-exported: cli.estimate imports it here)
+from autoplace.analysis.explain import rle, why_lines
 from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
 
 GIB = 2**30
@@ -44,41 +46,6 @@ class _LazyProgress:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
-
-
-def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world):
-    from autoplace.errors import InputError
-    from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
-    from autoplace.specs.training import TrainingSpec
-    if global_batch is not None and global_batch_tokens is not None:
-        raise InputError("give either --global-batch (sequences) or --global-batch-tokens, not both")
-    # default: the length the family was pre-trained at (ModelSpec.pretrain_seq_len), else the
-    # model's context capped at 4096 (a 128K max_position_embeddings is not a training length)
-    s = seq_len or (2048 if model.states_only else model.pretrain_seq_len or min(model.max_seq_len, 4096))
-    if s < 1:
-        raise InputError(f"--seq-len must be ≥ 1, got {s}")
-    if global_batch is not None:
-        note = f"global batch {global_batch} sequences × {s} = {global_batch * s:,} tokens per step (--global-batch)"
-        B = global_batch
-    else:
-        tokens = global_batch_tokens if global_batch_tokens is not None else DEFAULT_TOKENS_PER_STEP
-        if tokens < 1:
-            raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
-        B, note = default_global_batch(s, world, tokens)
-    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime), note
-
-
-def rle(xs) -> str:
-    """[1, 2, 2, 2, 1] → '1,2×3,1' (compact per-stage lists)."""
-    out, prev, n = [], None, 0
-    for x in list(xs) + [object()]:
-        if x == prev:
-            n += 1
-            continue
-        if prev is not None:
-            out.append(f"{prev}×{n}" if n > 1 else str(prev))
-        prev, n = x, 1
-    return ",".join(out)
 
 
 def _schedule(p) -> str:
@@ -118,7 +85,7 @@ def _degrees(p) -> str:
     return s
 
 
-def render(result, docs, train_note, space, explain: bool, console) -> None:
+def render(result, docs, train_note, space, explain: bool, console, families=None) -> None:
     from rich.table import Table
     stats = result["stats"]
     d0 = docs[0]
@@ -126,9 +93,10 @@ def render(result, docs, train_note, space, explain: bool, console) -> None:
     con.print(f"[bold]{d0['model']['name']}[/] on {d0['hardware']['gpus']} × {d0['hardware']['name']} · "
               f"seq {d0['training']['seq_len']} · global batch {d0['training']['global_batch']} · "
               f"{d0['training']['precision']} · space [bold]{space.name}[/]")
-    t = Table(title=f"top {len(docs)} plans (method {stats['method']}"
+    t = Table(title=(f"best plan of each family, {len(docs)} families" if families else f"top {len(docs)} plans")
+                    + f" (method {stats['method']}"
                     f"{', optimal under the model' if stats.get('optimal') else ', not proven optimal'})", title_justify="left")
-    for col, just in (("#", "right"), ("degrees", "left"), ("zero", "left"), ("sp", "center"),
+    for col, just in (("#", "right"), *((("family", "left"),) if families else ()), ("degrees", "left"), ("zero", "left"), ("sp", "center"),
                       ("recompute", "left"), ("mbs", "right"), ("schedule", "left"), ("step s", "right"),
                       ("tok/s/GPU", "right"), ("MFU", "right"), ("peak/limit GiB", "right")):
         t.add_column(col, justify=just, no_wrap=True)
@@ -136,12 +104,18 @@ def render(result, docs, train_note, space, explain: bool, console) -> None:
     for i, d in enumerate(docs):
         p = Plan.from_dict(d["plan"])
         tm, mem = d["time"], d["memory"]
-        t.add_row(str(i + 1), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
+        t.add_row(str(i + 1), *((families[i],) if families else ()), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
                   _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), f"{tm['step_s']:.3f}",
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
                   f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
                   style="bold" if i == 0 else None)
     con.print(t)
+    if families:
+        from autoplace.search.families import FAMILIES
+        missing = [f for f in FAMILIES if f not in families]
+        if missing:
+            con.print(f"[dim]no legal plan that fits in famil{'y' if len(missing) == 1 else 'ies'} "
+                      f"{', '.join(missing)} (families: README, 'How to read autoplace search')[/]")
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
@@ -166,39 +140,6 @@ def render(result, docs, train_note, space, explain: bool, console) -> None:
         from autoplace.report import render_estimate
         con.print("[bold]winner in detail[/]")
         render_estimate(docs[0], con)
-
-
-def why_lines(a: dict, b: dict) -> str:
-    """Why plan a beats plan b: knobs that differ, then the breakdown terms that differ most."""
-    pa, pb = a["plan"], b["plan"]
-    keys = ("dp", "dp_replicate", "tp", "pp", "vpp", "cp", "ep", "zero", "reshard_after_forward", "sp",
-            "recompute", "recompute_layers", "offload", "offload_fraction", "mbs", "schedule", "vpp_group",
-            "rank_order", "tp_overlap", "layer_split", "stage_recompute")
-    inter = "interleaved" in (pa.get("schedule"), pb.get("schedule"))
-    fmt = lambda v: "[" + rle(v) + "]" if isinstance(v, (list, tuple)) else str(v)  # noqa: E731
-    diff = [f"{k} {fmt(pa[k])} vs {fmt(pb[k])}" for k in keys if k in pa and pa.get(k) != pb.get(k)
-            and (inter or k not in ("vpp", "vpp_group"))]
-    ta, tb = a["time"], b["time"]
-    d = ta["step_s"] - tb["step_s"]
-    terms = []
-    for k, va in ta["breakdown_s"].items():
-        vb = tb["breakdown_s"].get(k, 0.0)
-        if abs(va - vb) > max(1e-4 * tb["step_s"], 1e-7):
-            terms.append((va - vb, k, va, vb))
-    terms.sort(key=lambda x: x[0])
-    if abs(d) <= 1e-9 * tb["step_s"]:
-        head = (f"[bold]#1 and #2 tie[/] at {ta['step_s']:.4f} s under the model (#1 comes first in the "
-                f"canonical enumeration order): ")
-    else:
-        head = (f"[bold]why #1 beats #2[/] ({ta['step_s']:.4f} s vs {tb['step_s']:.4f} s, "
-                f"{-d / tb['step_s']:.2%} faster): ")
-    out = [head + ("; ".join(diff) if diff else "same knobs")]
-    if terms:
-        out.append("  " + "; ".join(f"{k} {va:.4f} vs {vb:.4f} s ({dv:+.4f})" for dv, k, va, vb in terms[:5]))
-    ma, mb = a["memory"]["peak_bytes"], b["memory"]["peak_bytes"]
-    if abs(ma - mb) > 2**26:
-        out.append(f"  peak memory {ma / GIB:.1f} vs {mb / GIB:.1f} GiB")
-    return "\n".join(out)
 
 
 def _docs(model, hw, train, plans, world, headroom):
@@ -234,6 +175,9 @@ def register(app: typer.Typer) -> None:
         profile_top: Optional[int] = typer.Option(None, "--profile-top", help="measure the top K plans with torch runs"),
         profile_out: Optional[str] = typer.Option(None, "--profile-out", help="--profile-top records go to "
                                                   "DIR/candidates.jsonl (default runs/search-<model>-<N>g-<UTC>/)"),
+        diverse: bool = typer.Option(False, "--diverse", help="best plan of each family (DP-only, TP, PP, CP, EP, offload) instead of the top-k"),
+        plot: Optional[str] = typer.Option(None, "--plot", help="write PNG pictures of the winner to DIR"),
+        report: Optional[str] = typer.Option(None, "--report", help="write a self-contained HTML report to FILE.html"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
@@ -250,6 +194,8 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--profile-top must be ≥ 1, got {profile_top}")
         if launcher and not emit:
             raise InputError("--launcher needs --emit DIR")
+        from autoplace.cli.visuals import check_outputs
+        check_outputs(plot, report)
         m = resolve_model(model, None)
         if m.states_only:
             raise InputError("search needs a model shape (--model preset or config.json)")
@@ -262,7 +208,7 @@ def register(app: typer.Typer) -> None:
             # --profile-top K looks further down the ranking for K plans that run on this machine
             k_search = max(top_k, 8 * profile_top) if profile_top else top_k
             result = run_search(ctx, hw, sp, method=method, top_k=k_search, headroom=headroom, progress=prog,
-                                trials=trials, workers=workers)
+                                trials=trials, workers=workers, families=diverse)
         except NoFeasiblePlanError as e:
             prog.close()
             res = getattr(e, "result", None)
@@ -277,6 +223,11 @@ def register(app: typer.Typer) -> None:
             prog.close()
         ranked = result["plans"]
         result = dict(result, plans=ranked[:top_k], steps=result["steps"][:top_k])
+        fam_names = None
+        if diverse:     # the best plan of each family replaces the top-k (search --diverse)
+            fam_names = [f for f, _, _ in result["families"]]
+            result = dict(result, plans=[q for _, _, q in result["families"]],
+                          steps=[s for _, s, _ in result["families"]])
         docs = _docs(m, hw, train, result["plans"], world, headroom)
         stats = result["stats"]
         profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
@@ -284,6 +235,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
                    "space": sp.to_dict()}
+            if fam_names is not None:
+                doc["families"] = fam_names
             if profiled is not None:
                 doc["profiled"] = profiled
             print_json(doc)
@@ -291,10 +244,13 @@ def register(app: typer.Typer) -> None:
             from rich.console import Console
             con = Console()
             if not con.is_terminal:
-                con = Console(width=150)
-            render(result, docs, train_note, sp, explain, con)
+                con = Console(width=170 if diverse else 150)
+            render(result, docs, train_note, sp, explain, con, families=fam_names)
         if emit:
             _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
+        if plot or report:
+            from autoplace.cli.visuals import search_visuals
+            search_visuals(m, hw, train, result["plans"][0], world, docs, stats, fam_names, plot, report)
 
 
 def _stats_json(stats: dict, train_note: str) -> dict:

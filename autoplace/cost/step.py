@@ -379,6 +379,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
         "model_flops": mflops + 0 * step, "bubble_fraction": pp_bubble / step,
         "peak_bytes": peak_mem, "limit_bytes": limit + 0 * peak_mem, "fits": peak_mem <= limit,
         "micro_batches": mb + 0 * step,
+        "pipeline_s": T_pipe,            # the schedule alone: (m·v − 1)·max t_i / v + Σ t_i / v
     }
 
 

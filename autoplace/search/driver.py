@@ -53,12 +53,13 @@ def _result_plans(res) -> list:
 
 def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: float = 0.0,
                progress=None, trials: int = 200, seed: int = 0, chunk: int | None = None,
-               workers: int | None = None) -> dict:
+               workers: int | None = None, families: bool = False) -> dict:
     """Search `space` for ctx (model, training, world) on hw.
 
     Returns {plans: [Plan], steps: [s], stats: {...}, closest: Plan | None, closest_ratio,
-    enumeration}. Raises NoFeasiblePlanError when no legal plan fits (its `closest` attribute
-    carries the plan that came closest).
+    enumeration}; with `families` also `families` [(family, step, Plan)], the best plan of each
+    plan family (autoplace.search.families), fastest first. Raises NoFeasiblePlanError when no legal
+    plan fits (its `closest` attribute carries the plan that came closest).
     """
     from autoplace.search.enumerate import DEFAULT_CHUNK, enumerate_space
     from autoplace.search.exhaustive import run_exhaustive
@@ -78,6 +79,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True)
     chosen = method
     reason = ""
+    if families and method == "bayes":
+        raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
     if method == "auto":
         if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
             chosen = "exhaustive"
@@ -88,7 +91,11 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
                       f"({trials} trials) seeded with the coarse-space optimum")
     if chosen in ("exhaustive", "ilp"):
         res = run_exhaustive(ctx, hw, space, headroom, top_k=top_k, chunk=chunk, progress=progress,
-                             enumeration=en, workers=workers)
+                             enumeration=en, workers=workers, families=families)
+    elif families:
+        raise InputError(f"--diverse needs the exhaustive search, and {en.evaluated:,} plans to evaluate are more "
+                         f"than the {AUTO_EXHAUSTIVE_MAX:,} that --method auto searches exhaustively; "
+                         "pass --method exhaustive or narrow the space")
     else:
         from autoplace.search.bayes import analytic_seed, run_bayes
         seeds = []
@@ -128,6 +135,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     stats["seconds"] = time.perf_counter() - t0
     out = {"plans": plans, "steps": steps, "stats": stats, "closest": None, "closest_ratio": math.inf,
            "enumeration": en}
+    if families:
+        out["families"] = _family_best(res.get("families", {}), plans, steps)
     if not plans:
         cb = res.get("closest")
         closest = cb.plan(0) if cb is not None and len(cb) else None
@@ -137,6 +146,18 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
         err.result = out
         raise err
     return out
+
+
+def _family_best(fam: dict, plans: list, steps: list) -> list:
+    """[(family, step, Plan)] fastest first; a refined (non-uniform) winner replaces its family's
+    uniform best when faster."""
+    from autoplace.search.families import family_of
+    best = {name: (float(s), b.plan(0)) for name, (s, b) in fam.items()}
+    for p, s in zip(plans[:1], steps[:1]):
+        f = family_of(p)
+        if f not in best or s < best[f][0]:
+            best[f] = (float(s), p)
+    return sorted(((f, s, p) for f, (s, p) in best.items()), key=lambda t: t[1])
 
 
 def _pp_variants(ctx, space, plan, limit: int = 6) -> list:

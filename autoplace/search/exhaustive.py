@@ -55,9 +55,13 @@ class TopK:
     close_ratio: float = np.inf
     close_key: int = -1
     close_batch: PlanBatch = None
+    families: bool = False       # also keep the best plan of each family (search --diverse)
+    fam: dict = field(default_factory=dict)      # family code → (step, key, PlanBatch of one)
 
     def offer(self, grid, step, keys, feasible, legal, ratio) -> None:
         idx = np.nonzero(feasible)[0]
+        if self.families and idx.size:
+            self.offer_families(grid, step, keys, idx)
         if idx.size:
             s = step[idx]
             if idx.size > self.k:
@@ -80,6 +84,25 @@ class TopK:
                 self.close_ratio = float(r[j])
                 self.close_key = int(keys[lidx[j]])
                 self.close_batch = grid.take_flat([lidx[j]])
+
+
+    def offer_families(self, grid, step, keys, idx) -> None:
+        """Per-family best (smallest step, then canonical key) over the feasible plans `idx`."""
+        from autoplace.search.families import family_codes
+        fam = grid.full(family_codes(grid))[idx]
+        s, kk = step[idx], keys[idx]
+        for f in np.nonzero(np.bincount(fam, minlength=1))[0]:
+            sel = np.nonzero(fam == f)[0]
+            sf = s[sel]
+            mn = sf.min()
+            cand = sel[sf == mn]
+            j = cand[np.argmin(kk[cand])]
+            self.keep_family(int(f), float(mn), int(kk[j]), lambda: grid.take_flat([idx[j]]))
+
+    def keep_family(self, f: int, step: float, key: int, batch) -> None:
+        cur = self.fam.get(f)
+        if cur is None or (step, key) < (cur[0], cur[1]):
+            self.fam[f] = (step, key, batch() if callable(batch) else batch)
 
 
 def _block_layers(ctx, hw, blk: Block, space, headroom: float):
@@ -124,9 +147,9 @@ PARALLEL_MIN = 600_000       # evaluations above which blocks are spread over wo
 
 
 def _process(ctx, hw, space, headroom, top_k, en, specs, separable, progress=None, total=0, done0=0,
-             threshold=None) -> dict:
+             threshold=None, families=False) -> dict:
     """Evaluate the blocks `specs`; returns the partial result (mergeable)."""
-    top = TopK(max(1, int(top_k)))
+    top = TopK(max(1, int(top_k)), families=families)
     legal_n = feasible_n = evaluated = below = 0
     before = dict(en.pruned_by_rule)
     done = done0
@@ -200,6 +223,8 @@ def _merge(parts: list, k: int) -> dict:
         if t.close_batch is not None and (t.close_ratio < top.close_ratio or
                                           (t.close_ratio == top.close_ratio and t.close_key < top.close_key)):
             top.close_ratio, top.close_key, top.close_batch = t.close_ratio, t.close_key, t.close_batch
+        for f, (fs, fk, fb) in t.fam.items():
+            top.keep_family(f, fs, fk, fb)
     if steps:
         st, ky = np.concatenate(steps), np.concatenate(keys)
         b = PlanBatch.concat(batches)
@@ -213,8 +238,9 @@ _JOB = None
 
 
 def _work(task):
-    ctx, hw, space, headroom, top_k, en, specs, separable, threshold = _JOB
-    return _process(ctx, hw, space, headroom, top_k, en, [specs[i] for i in task], separable, threshold=threshold)
+    ctx, hw, space, headroom, top_k, en, specs, separable, threshold, families = _JOB
+    return _process(ctx, hw, space, headroom, top_k, en, [specs[i] for i in task], separable, threshold=threshold,
+                    families=families)
 
 
 def default_workers(n_eval: int) -> int:
@@ -230,7 +256,8 @@ def default_workers(n_eval: int) -> int:
 
 def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
                    collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None,
-                   workers: int | None = None, threshold: float | None = None, extra_rules=()) -> dict:
+                   workers: int | None = None, threshold: float | None = None, extra_rules=(),
+                   families: bool = False) -> dict:
     """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
     top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio.
 
@@ -241,7 +268,10 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
     than PARALLEL_MIN evaluations, else 1).
 
     extra_rules: `Rule`s applied after `rules.RULES` when the enumeration is built here
-    (`autoplace.search.pruning`); a given `enumeration` carries its own."""
+    (`autoplace.search.pruning`); a given `enumeration` carries its own.
+
+    families: also return `families` {family name: (step, PlanBatch of one)}, the best plan of each
+    family of `autoplace.search.families` (search --diverse)."""
     global _JOB
     t0 = time.perf_counter()
     en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block,
@@ -264,7 +294,8 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             # interleave blocks over tasks (blocks of one signature are similar in cost)
             n_tasks = min(len(specs), n_workers * 6)
             tasks = [list(range(i, len(specs), n_tasks)) for i in range(n_tasks)]
-            _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold)
+            sizes = [sum(int(np.prod(specs[j][0][:len(en.groups)])) * len(specs[j][1]) for j in t) for t in tasks]
+            _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold, families)
             try:
                 with mctx.Pool(n_workers) as pool:
                     done = 0
@@ -276,7 +307,8 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             finally:
                 _JOB = None
     if n_workers <= 1:
-        parts = [_process(ctx, hw, space, headroom, top_k, en, specs, separable, progress, total, threshold=threshold)]
+        parts = [_process(ctx, hw, space, headroom, top_k, en, specs, separable, progress, total, threshold=threshold,
+                          families=families)]
     else:
         for part in parts:      # block-level rule charges happened in the workers' copies
             for rid, v in part["pruned"].items():
@@ -296,6 +328,10 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
         "optimal": True,
         "seconds": secs,
     }
-    return {"top": top.batch if top.batch is not None else PlanBatch.empty(), "steps": top.steps,
-            "stats": stats, "closest": top.close_batch, "closest_ratio": top.close_ratio,
-            "enumeration": en}
+    out = {"top": top.batch if top.batch is not None else PlanBatch.empty(), "steps": top.steps,
+           "stats": stats, "closest": top.close_batch, "closest_ratio": top.close_ratio,
+           "enumeration": en}
+    if families:
+        from autoplace.search.families import FAMILIES
+        out["families"] = {FAMILIES[f]: (v[0], v[2]) for f, v in sorted(top.fam.items())}
+    return out

@@ -100,8 +100,9 @@ class HardwareSpec:
     """NCCL communicator buffers, all groups together (outside the caching allocator)."""
     step_overhead_s: float = 0.0
     """Per-iteration fixed host/launch overhead, s."""
-    price_per_gpu_hour: float = 0.0
-    """On-demand price of one GPU-hour in USD (0 = unknown); an assumption, not a measurement."""
+    price_per_gpu_hour: float | None = None
+    """Rental price per GPU-hour for sweep cost columns (None: no price; profiles label theirs as
+    assumptions, `sweep --price-per-gpu-hour` overrides it)."""
     source: str = "builtin"
     """Where the profile was read from."""
     notes: str = ""
@@ -161,7 +162,7 @@ _UNITS = {  # TOML key → (dataclass field, multiplier)
 _FIELDS = {f.name for f in fields(HardwareSpec)}
 
 
-SECTIONS = ("memory", "peak_tflops", "compute", "network", "overheads", "attention")
+SECTIONS = ("memory", "peak_tflops", "compute", "network", "overheads", "attention", "pricing")
 DOC_SECTIONS = ("calibration", "raw", "software")    # written by `autoplace calibrate`: provenance only
 _PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 _ATTN_KEYS = ("flash2", "flash3", "cudnn", "flex")
