@@ -204,7 +204,8 @@ def _batch_group(ctx, space: Space, deg: dict) -> _Group:
                     vok &= (per_stage > 0) & (per_stage % v == 0)
                 seen = []
                 for gspec in space.vpp_group:
-                    G = ppr if gspec == "pp" else (m_mb if gspec == "m" else np.full_like(ppr, gspec))
+                    G = ppr if gspec == "pp" else (m_mb if gspec == "m" else (
+                        m_mb // np.maximum(1, m_mb // ppr) if gspec == "rounds" else np.full_like(ppr, gspec)))
                     ok = vok.copy()
                     for prev in seen:           # "pp" and "m" may coincide
                         ok &= G != prev
@@ -268,17 +269,17 @@ def _neutral_batch(deg: dict, owner=None, cols=None) -> PlanBatch:
     return PlanBatch(**out)
 
 
-def _weighted_legal(ctx, batch: PlanBatch, weights: np.ndarray, counts: dict) -> np.ndarray:
+def _weighted_legal(ctx, batch: PlanBatch, weights: np.ndarray, counts: dict, extra_rules=()) -> np.ndarray:
     """rules.legal_mask, with each row charged `weights[row]` plans in `counts`."""
     try:
         if "weights" in inspect.signature(R.legal_mask).parameters:
-            return R.legal_mask(ctx, batch, counts, weights=weights)
+            return R.legal_mask(ctx, batch, counts, weights=weights, extra_rules=extra_rules)
     except (TypeError, ValueError):  # pragma: no cover
         pass
-    ok = R.legal_mask(ctx, batch)             # legality: the canonical function
+    ok = R.legal_mask(ctx, batch, extra_rules=extra_rules)   # legality: the canonical function
     n = len(batch)
     alive = np.ones(n, dtype=bool)
-    for r in R.RULES:                          # attribution: the same rule objects, in order
+    for r in (*R.RULES, *extra_rules):         # attribution: the same rule objects, in order
         if not r.illegal:
             continue
         v = np.broadcast_to(np.asarray(r.violated(ctx, batch), dtype=bool), (n,))
@@ -347,6 +348,7 @@ class Enumeration:
     chunk: int = DEFAULT_CHUNK
     collapse_block: bool = False
     rc_axis: int = 1
+    extra_rules: tuple = ()      # rules beyond placement.rules.RULES (runtime / launcher capability)
 
     @property
     def candidates(self) -> int:
@@ -423,7 +425,7 @@ class Enumeration:
                     cols[name] = arr[pos]
             batch = PlanBatch(**cols)
             counts: dict = {}
-            ok = R.legal_mask(self.ctx, batch, counts)
+            ok = R.legal_mask(self.ctx, batch, counts, extra_rules=self.extra_rules)
             self._charge(counts)
             yield a, batch, ok
 
@@ -509,7 +511,7 @@ class Enumeration:
         g = blk.grid
         if blk.block_slot < 0 or blk.n_rl <= 1:
             counts: dict = {}
-            ok = _legal(self.ctx, g, counts)
+            ok = _legal(self.ctx, g, counts, self.extra_rules)
             self._charge(counts)
             return ok
         bs, ra = blk.block_slot, blk.rc_axis
@@ -519,7 +521,7 @@ class Enumeration:
                 continue
             sub = g.sub(ra, sl)
             counts = {}
-            ok = _legal(self.ctx, sub, counts)
+            ok = _legal(self.ctx, sub, counts, self.extra_rules)
             self._charge(counts, mult)
             parts.append(ok.reshape(sub.shape))
         return np.concatenate(parts, axis=ra).reshape(-1)
@@ -551,7 +553,7 @@ def rule_groups(ctx, en: "Enumeration") -> dict:
             col_group[c] = g.name
     probe = _neutral_batch({k: v[:1] for k, v in en.deg.items()})
     out = {}
-    for r in R.RULES:
+    for r in (*R.RULES, *en.extra_rules):
         if not r.illegal:
             continue
         t = _Tracer(probe)
@@ -577,14 +579,14 @@ def rules_separable(ctx, en: "Enumeration") -> bool:
 _GRID_LEGAL: bool | None = None
 
 
-def _legal(ctx, grid: GridBatch, counts: dict) -> np.ndarray:
+def _legal(ctx, grid: GridBatch, counts: dict, extra_rules=()) -> np.ndarray:
     """rules.legal_mask on a block: on the n-D block itself when legal_mask accepts it (shape-
     agnostic), else on the block flattened to a 1-D PlanBatch — same function, same rules."""
     global _GRID_LEGAL
     if _GRID_LEGAL is not False:
         try:
             c2: dict = {}
-            ok = np.asarray(R.legal_mask(ctx, grid, c2))
+            ok = np.asarray(R.legal_mask(ctx, grid, c2, extra_rules=extra_rules))
             if ok.size == grid.size:
                 _GRID_LEGAL = True
                 for k, v in c2.items():
@@ -593,7 +595,7 @@ def _legal(ctx, grid: GridBatch, counts: dict) -> np.ndarray:
         except (ValueError, IndexError, TypeError):
             pass
         _GRID_LEGAL = False
-    return R.legal_mask(ctx, grid.flat(), counts)
+    return R.legal_mask(ctx, grid.flat(), counts, extra_rules=extra_rules)
 
 
 # ---- building -------------------------------------------------------------------------------------
@@ -604,18 +606,67 @@ def collapsible(space: Space) -> bool:
     return 3 in space.recompute and not c.values and c.step == 1 and not c.pow2
 
 
-def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_block: bool = False) -> Enumeration:
+def _reads_recompute_layers(ctx, deg: dict, rules) -> bool:
+    """True when one of `rules` reads the block-recompute layer count (then the counts cannot be
+    collapsed into one slot: the rule may allow only some of them)."""
+    probe = _neutral_batch({k: v[:1] for k, v in deg.items()})
+    for r in rules:
+        t = _Tracer(probe)
+        with np.errstate(all="ignore"):
+            try:
+                r.violated(ctx, t)
+            except Exception:  # pragma: no cover - untraceable: assume it does
+                return True
+        if "recompute_layers" in t.seen:
+            return True
+    return False
+
+
+def _early_extra(ctx, deg: dict, groups: list, extra_rules) -> dict:
+    """Which extra rules run at which early stage: a rule that reads no option group runs on the
+    degree rows (key None); one that reads exactly one group g runs on g's options (key g.name) —
+    exact, because its verdict does not depend on the neutral values of the other groups; a rule
+    that reads two or more groups runs only at the block level (`Enumeration.legal_block`)."""
+    col_group = {c: g.name for g in groups for c in g.cols}
+    probe = _neutral_batch({k: v[:1] for k, v in deg.items()})
+    out: dict = {}
+    for r in extra_rules:
+        if not r.illegal:
+            continue
+        t = _Tracer(probe)
+        with np.errstate(all="ignore"):
+            try:
+                r.violated(ctx, t)
+                names = set()
+                for a in t.seen:
+                    names.update(_DERIVED.get(a, (a,)))
+                gs = {col_group[a] for a in names if a in col_group}
+            except Exception:  # pragma: no cover - untraceable: block level only
+                gs = {"?", "??"}
+        if len(gs) <= 1:
+            out.setdefault(next(iter(gs)) if gs else None, []).append(r)
+    return out
+
+
+def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_block: bool = False,
+                    extra_rules=()) -> Enumeration:
     """The candidate product of `space` for ctx (model, training, world), with the early rules applied.
 
     collapse_block: one option stands for all block-recompute layer counts of a plan (the search
     solves for the smallest that fits); candidates, legal and pruned counts are those of the full
     product either way.
+    extra_rules: rules applied after placement.rules.RULES wherever they are (early per-group
+    pruning, block checks, flat chunks): a runtime's or launcher's capability rules.
     """
+    extra_rules = tuple(extra_rules)
     collapse_block = bool(collapse_block and collapsible(space) and not ctx.model.states_only)
     deg = _degree_rows(ctx, space)
     n = deg["tp"].shape[0]
     if n == 0:
-        return Enumeration(ctx, space, deg, [], np.zeros(0, np.int64), np.zeros(0, bool), {}, chunk, collapse_block)
+        return Enumeration(ctx, space, deg, [], np.zeros(0, np.int64), np.zeros(0, bool), {}, chunk, collapse_block,
+                           extra_rules=extra_rules)
+    if collapse_block and extra_rules and _reads_recompute_layers(ctx, deg, extra_rules):
+        collapse_block = False
     # group (axis) order: small groups outside, large ones innermost (numpy broadcasts fastest over a
     # long last axis); the same order is the canonical plan order used to break ties
     groups = [_misc_group(ctx, space, deg), _tp_group(ctx, space, deg), _rc_group(ctx, space, deg, collapse_block),
@@ -626,7 +677,8 @@ def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_bloc
         totals = totals * g.full
     counts: dict = {}
     # degree rows at the most permissive setting of every other knob
-    alive = _weighted_legal(ctx, _neutral_batch(deg), totals, counts)
+    early = _early_extra(ctx, deg, groups, extra_rules)
+    alive = _weighted_legal(ctx, _neutral_batch(deg), totals, counts, early.get(None, ()))
     alive &= totals > 0
     # each group's options with the other groups at their most permissive values
     for gi, g in enumerate(groups):
@@ -639,13 +691,14 @@ def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_bloc
         if sub.owner.size == 0:
             continue
         batch = _neutral_batch(deg, sub.owner, sub.cols)
-        ok = _weighted_legal(ctx, batch, sub.w * others[sub.owner], counts)
+        ok = _weighted_legal(ctx, batch, sub.w * others[sub.owner], counts, early.get(g.name, ()))
         keep = np.ones(g.owner.size, dtype=bool)
         keep[np.nonzero(sel)[0][~ok]] = False
         groups[gi] = g.keep(keep)
         alive &= groups[gi].counts > 0
     pruned = {k: v for k, v in counts.items() if v}
-    en = Enumeration(ctx, space, deg, groups, totals, alive, pruned, chunk, collapse_block, rc_axis)
+    en = Enumeration(ctx, space, deg, groups, totals, alive, pruned, chunk, collapse_block, rc_axis,
+                     extra_rules=extra_rules)
     # rows that lost every option of a group: their remaining plans are charged already (the
     # telescoping sum of the early stages covers candidates − kept exactly)
     return en

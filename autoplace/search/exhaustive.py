@@ -235,7 +235,7 @@ def default_workers(n_eval: int) -> int:
 
 def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
                    collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None,
-                   workers: int | None = None, threshold: float | None = None) -> dict:
+                   workers: int | None = None, threshold: float | None = None, extra_rules=()) -> dict:
     """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
     top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio.
 
@@ -246,7 +246,8 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
     than PARALLEL_MIN evaluations, else 1)."""
     global _JOB
     t0 = time.perf_counter()
-    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block)
+    en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block,
+                                        extra_rules=extra_rules)
     separable = rules_separable(ctx, en)
     specs = en.block_specs(chunk)
     total = en.evaluated

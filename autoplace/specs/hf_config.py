@@ -177,6 +177,48 @@ def _model_name(f: Path, cfg: dict, model_type: str) -> str:
     return f.stem if f.name != "config.json" else (model_type or "hf-model")
 
 
+def _rope_params(cfg: dict) -> dict:
+    for key in ("rope_parameters", "rope_scaling"):      # transformers v5 / v4
+        v = cfg.get(key)
+        if isinstance(v, dict):
+            return v
+    return {}
+
+
+def _rope_theta(cfg: dict) -> float | None:
+    """rope_theta (v4), rope_parameters.rope_theta (v5), rotary_emb_base (GPT-NeoX)."""
+    for v in (cfg.get("rope_theta"), _rope_params(cfg).get("rope_theta"), cfg.get("rotary_emb_base")):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
+def _pretrain_len(cfg: dict, max_pos: int) -> int:
+    """The pre-training sequence length: `original_max_position_embeddings` of a long-context RoPE
+    extension (Llama 3.1's rope_type "llama3": 8192; YaRN), else max_position_embeddings when it is a
+    pre-training-sized context (≤ 8192); 0 (unknown) for long-context configs without it (e.g.
+    Mistral-Nemo's 1,024,000, Qwen3's 40,960)."""
+    orig = _rope_params(cfg).get("original_max_position_embeddings")
+    if isinstance(orig, int) and not isinstance(orig, bool) and orig > 0:
+        return orig
+    return max_pos if max_pos <= 8192 else 0
+
+
+def _activation(cfg: dict) -> str:
+    """hidden_act / activation_function → silu | gelu | relu2 | relu ('' when absent)."""
+    a = cfg.get("hidden_act") or cfg.get("activation_function") or ""
+    if not isinstance(a, str):
+        return ""
+    a = a.lower()
+    if a in ("silu", "swish"):
+        return "silu"
+    if a.startswith("gelu"):
+        return "gelu"
+    if a in ("relu2", "squared_relu", "relu_squared"):
+        return "relu2"
+    return "relu" if a == "relu" else ""
+
+
 def load_hf_config(path) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face config.json (file or directory containing one)."""
     f = _config_file(path)
@@ -226,7 +268,13 @@ def load_hf_config(path) -> ModelSpec:
 
     kw: dict = dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                     kv_heads=kv if kv is not None and kv != heads else None, head_dim=head_dim,
-                    max_seq_len=max_pos)
+                    max_seq_len=max_pos, pretrain_seq_len=_pretrain_len(cfg, max_pos))
+    theta = _rope_theta(cfg)
+    if theta:
+        kw["rope_theta"] = theta
+    act = _activation(cfg)
+    if act:
+        kw["activation"] = act
     ext: dict = {}   # fields ModelSpec may not have yet
 
     if fam.kind == "gpt2":

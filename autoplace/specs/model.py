@@ -44,6 +44,13 @@ class ModelSpec:
     dense_layer_ids: tuple = ()           # 0-based layers kept dense in an MoE model
     qkv_bias: bool = False                # biases on Q, K, V only (Qwen2); attn_bias = Q, K, V and O
     qk_norm: bool = False                 # per-head norm on Q and K (Qwen3): two head_dim-sized norms
+    rope_theta: float = 10000.0
+    """RoPE base θ (HF `rope_theta`; Megatron `--rotary-base`). No effect on counts or cost."""
+    activation: str = ""
+    """MLP activation: silu, gelu, relu2, relu ('' → silu when gated_mlp, else gelu)."""
+    pretrain_seq_len: int = 0
+    """Sequence length of the family's pre-training (0 → unknown; the CLI then defaults to
+    min(max_seq_len, 4096) and says so)."""
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)

@@ -27,7 +27,7 @@ def _llama(key: str, name: str, *, layers: int, hidden: int, heads: int, kv_head
     return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                      ffn_hidden=ffn, kv_heads=kv_heads, gated_mlp=True, tied_embeddings=False,
                      attn_bias=False, mlp_bias=False, norm="rmsnorm", position="rope",
-                     max_seq_len=max_seq_len, source=f"preset:{key} ({where})", **kw)
+                     max_seq_len=max_seq_len, pretrain_seq_len=max_seq_len, source=f"preset:{key} ({where})", **kw)
 
 
 def _gpt(key: str, name: str, *, layers: int, hidden: int, heads: int, where: str,
@@ -36,7 +36,7 @@ def _gpt(key: str, name: str, *, layers: int, hidden: int, heads: int, where: st
     return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                      ffn_hidden=4 * hidden, kv_heads=None, gated_mlp=False, tied_embeddings=True,
                      attn_bias=True, mlp_bias=True, norm="layernorm", position="learned",
-                     max_seq_len=max_seq_len, source=f"preset:{key} ({where})")
+                     max_seq_len=max_seq_len, pretrain_seq_len=max_seq_len, source=f"preset:{key} ({where})")
 
 
 _SC21 = "Narayanan et al. 2021 (SC21) Table 1"
@@ -64,15 +64,15 @@ _add("70b", _llama("70b", "Llama-2-70B", layers=80, hidden=8192, heads=64, kv_he
 
 # ---- Llama 3 / 3.1 (HF meta-llama config.json; max_seq_len = 8192 pre-training context) ---------
 _add("llama3-8b", _llama("llama3-8b", "Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8,
-                         ffn=14336, vocab=128256, max_seq_len=8192,
+                         ffn=14336, vocab=128256, max_seq_len=8192, rope_theta=500000.0,
                          where="meta-llama/Meta-Llama-3-8B config.json"),
      "Llama-3(.1)-8B: HF meta-llama/Meta-Llama-3-8B config.json; 8,030,261,248 params")
 _add("llama3-70b", _llama("llama3-70b", "Llama-3-70B", layers=80, hidden=8192, heads=64,
-                          kv_heads=8, ffn=28672, vocab=128256, max_seq_len=8192,
+                          kv_heads=8, ffn=28672, vocab=128256, max_seq_len=8192, rope_theta=500000.0,
                           where="meta-llama/Meta-Llama-3-70B config.json"),
      "Llama-3(.1)-70B: HF meta-llama/Meta-Llama-3-70B config.json; 70,553,706,496 params")
 _add("llama3-405b", _llama("llama3-405b", "Llama-3.1-405B", layers=126, hidden=16384, heads=128,
-                           kv_heads=8, ffn=53248, vocab=128256, max_seq_len=8192,
+                           kv_heads=8, ffn=53248, vocab=128256, max_seq_len=8192, rope_theta=500000.0,
                            where="meta-llama/Llama-3.1-405B config.json; Dubey et al. 2024 "
                                  "Table 3; 8192 = pre-training context"),
      "Llama-3.1-405B: HF meta-llama/Llama-3.1-405B config.json and Llama 3 paper Table 3; "
@@ -81,8 +81,9 @@ _add("llama3-405b", _llama("llama3-405b", "Llama-3.1-405B", layers=126, hidden=1
 
 # ---- Mixtral (HF mistralai/Mixtral-8x7B-v0.1 config.json) ---------------------------------------
 _add("mixtral-8x7b", _llama("mixtral-8x7b", "Mixtral-8x7B", layers=32, hidden=4096, heads=32,
-                            kv_heads=8, ffn=14336, vocab=32000, max_seq_len=32768,
-                            where="mistralai/Mixtral-8x7B-v0.1 config.json",
+                            kv_heads=8, ffn=14336, vocab=32000, max_seq_len=32768, rope_theta=1e6,
+                            where="mistralai/Mixtral-8x7B-v0.1 config.json; 32k = the paper's "
+                                  "training context (Jiang et al. 2024 §2)",
                             num_experts=8, top_k=2),
      "Mixtral-8x7B (8 experts, top-2, every layer MoE): HF mistralai/Mixtral-8x7B-v0.1 "
      "config.json; 46,702,792,704 params total")
