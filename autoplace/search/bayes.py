@@ -151,16 +151,17 @@ def _coarse(space):
                        dp_overlap=space.dp_overlap[:1])
 
 
-def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3) -> list:
+def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3, extra_rules=()) -> list:
     """The best plans of the coarse sub-space (exhaustive, vectorized): the analytic optimum of the
     common recipes, cheap at any size. Returns up to k Plans, best first."""
     from autoplace.search.exhaustive import run_exhaustive
-    r = run_exhaustive(ctx, hw, _coarse(space), headroom, top_k=k, collapse_block=True)
+    r = run_exhaustive(ctx, hw, _coarse(space), headroom, top_k=k, collapse_block=True, extra_rules=extra_rules)
     return [r["top"].plan(i) for i in range(len(r["top"]))]
 
 
 def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: int = 0,
-              seed_plans=(), timeout_s: float | None = None, top_k: int = 5, progress=None) -> dict:
+              seed_plans=(), timeout_s: float | None = None, top_k: int = 5, progress=None,
+              extra_rules=()) -> dict:
     """TPE search; returns the same result dict as run_exhaustive (optimal = False)."""
     import optuna
     from autoplace.cost.memory import memory_limit
@@ -170,7 +171,7 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
 
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    en = enumerate_space(ctx, space, collapse_block=False)
+    en = enumerate_space(ctx, space, collapse_block=False, extra_rules=extra_rules)
     dec = Decoder(en)
     if en.evaluated == 0:
         return {"top": PlanBatch.empty(), "steps": np.zeros(0), "closest": None, "closest_ratio": math.inf,
@@ -200,7 +201,7 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
         if key in seen:
             step, viol, illegal = seen[key][:3]
         else:
-            illegal = len(check(ctx, plan))
+            illegal = len(check(ctx, plan, extra_rules))
             with np.errstate(all="ignore"):
                 ev = evaluate(ctx, hw, b, headroom)
             step = float(np.asarray(ev["step_s"]).reshape(-1)[0])
