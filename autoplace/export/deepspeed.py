@@ -38,6 +38,10 @@ def _rules() -> tuple:
     """DeepSpeed JSON format rules (capabilities: runtimes/deepspeed.toml)."""
     R = lambda rid, title, v, m: rule(NAME, rid, title, v, m)  # noqa: E731
     return (
+        R("tp", "no tensor parallelism in the JSON",
+          lambda c, p: _a(p.tp) > 1,
+          lambda c, p: f"tp={p.tp}: DeepSpeed's JSON config has no tensor-parallel key (TP comes from model code: "
+                       "Megatron-DeepSpeed's mpu or AutoTP); export to megatron instead"),
         R("ratio", "partial optimizer offload is ZeRO-3 only",
           lambda c, p: (_a(p.off) >= 1) & (_a(p.offload_fraction) < 1) & (_a(p.zero) < 3),
           lambda c, p: f"offload_fraction={p.offload_fraction:g} < 1: partial offload (offload_optimizer.ratio) "
