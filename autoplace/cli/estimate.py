@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from autoplace.errors import EXIT_ILLEGAL, EXIT_NO_FEASIBLE
         if not doc["legal"]:
             raise typer.Exit(EXIT_ILLEGAL)
-        if not doc["memory"]["fits"]:
+        if not doc["memory"]["fits"] and not doc["training"]["states_only"]:   # --states-only: accounting
             if not as_json:
                 typer.echo(f"error: the plan does not fit: peak {doc['memory']['peak_bytes'] / 2**30:.2f} GiB on stage "
                            f"{doc['memory']['binding_stage']} > limit {doc['memory']['limit_bytes'] / 2**30:.2f} GiB",

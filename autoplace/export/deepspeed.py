@@ -8,8 +8,9 @@ Keys and checks follow deepspeedai/DeepSpeed `deepspeed/runtime/config.py` (batc
   mpu, so dp = W / pp; all three keys are written, with concrete values (never "auto", which only
   the Hugging Face integration fills in);
 * ``zero_optimization``: stage, overlap_comm (= the plan's dp_overlap), reduce-scatter, contiguous
-  gradients and bucket sizes sized from the hidden width exactly as the HF integration sizes its
-  "auto" values (reduce bucket h², stage-3 prefetch 0.9·h², persistence threshold 10·h);
+  gradients and the bucket sizes of the DP granularity the cost model reads: the plan's
+  dp_bucket_mb, else the runtime's (runtimes/deepspeed.toml dp_bucket_mb = 1000 MB = DeepSpeed's
+  reduce_bucket_size default 5e8 elements × 2 B); persistence threshold = DeepSpeed's default 1e5;
 * offload: DeepSpeed's ``offload_optimizer`` keeps the optimizer state *and* the fp32 gradient
   partition on the host — the plan's offload=grads; offload=params adds ``offload_param``
   (ZeRO-3 only); a partial optimizer offload (φ < 1) is ``offload_optimizer.ratio`` (ZeRO-3 only);
@@ -17,10 +18,10 @@ Keys and checks follow deepspeedai/DeepSpeed `deepspeed/runtime/config.py` (batc
   checkpointed layers per stage); the model itself must call deepspeed.checkpointing / PipelineModule
   ``activation_checkpoint_interval``.
 
-What plain DeepSpeed cannot express is refused: tensor/sequence/context/expert parallelism (these
-come from model code — Megatron-DeepSpeed's mpu, AutoTP's 2-D dp×tp mesh, Ulysses, deepspeed.moe —
-not from this JSON), ZeRO ≥ 2 with pp > 1 (PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible
-with pipeline parallelism"), interleaved/GPipe pipelines, HSDP (MiCS was removed in 0.19).
+What DeepSpeed cannot express is refused by rules: the runtime's capability rules
+(runtimes/deepspeed.toml: TP/SP/CP/EP from model code, ZeRO ≥ 2 with PP, interleaved/GPipe, HSDP,
+optimizer-only offload, selective recompute, fp8) and this format's rules (no TP key in the JSON,
+offload ratio ZeRO-3 only, PipelineModule checkpoint interval).
 """
 
 from __future__ import annotations
