@@ -38,9 +38,9 @@ from autoplace.specs.hardware import load_hardware  # noqa: E402
 from autoplace.specs.presets import get_preset  # noqa: E402
 
 HW = load_hardware("h100-sxm-80gb")
-INSTANCES = [("llama-tiny", 8, 32, 256), ("7b", 16, 64, 2048), ("llama3-8b", 32, 128, 4096),
-             ("mixtral-8x7b", 16, 64, 2048), ("13b", 64, 256, 4096), ("70b", 32, 64, 4096)]
-PER_INSTANCE = 40
+INSTANCES = [("llama-tiny", 8, 32, 256), ("7b", 16, 64, 2048), ("mixtral-8x7b", 16, 64, 2048),
+             ("13b", 64, 256, 4096)]
+PER_INSTANCE = 12
 
 CASES = [(n, L.runtime or None) for n, L in LAUNCHERS.items()]
 CASES += [(load_runtime(r).launcher, r) for r in RUNTIMES
@@ -146,11 +146,11 @@ def test_every_plan_of_a_launcher_space_exports(launcher, runtime):
                 assert_round_trip(launcher, job)
             _exported_values(launcher, files, job)
             seen += 1
-    assert seen >= 40, f"only {seen} plans sampled for {launcher}/{runtime}"
+    assert seen >= 12, f"only {seen} plans sampled for {launcher}/{runtime}"
 
 
 @pytest.mark.parametrize("launcher", ["megatron", "deepspeed", "torchtitan", "accelerate", "torchrun"])
-@pytest.mark.parametrize("name,W,B,seq", [("llama-tiny", 8, 16, 256), ("mixtral-8x7b", 8, 32, 1024)])
+@pytest.mark.parametrize("name,W,B,seq", [("llama-tiny", 8, 16, 256), ("mixtral-8x7b", 4, 16, 1024)])
 def test_constrained_enumeration_equals_plan_by_plan_filter(launcher, name, W, B, seq):
     from autoplace.search.exhaustive import run_exhaustive
     L = LAUNCHERS[launcher]
@@ -169,6 +169,9 @@ def test_constrained_enumeration_equals_plan_by_plan_filter(launcher, name, W, B
     # the constrained optimum is the best plan of the filtered set
     res = run_exhaustive(ctx, HW, space, top_k=1, extra_rules=rules, workers=1)
     from autoplace.cost.step import evaluate
-    best = min((float(evaluate(ctx, HW, p)["step_s"]), p) for p in slow_set
-               if bool(evaluate(ctx, HW, p)["fits"]))
-    assert float(res["steps"][0]) == pytest.approx(best[0], rel=1e-9)
+    keep = np.array([full.plan(i) in slow_set for i in range(len(full))])
+    sub = full.take(np.nonzero(keep)[0])
+    with np.errstate(all="ignore"):
+        ev = evaluate(ctx, HW, sub)
+    steps = np.where(np.asarray(ev["fits"], dtype=bool), np.asarray(ev["step_s"], dtype=float), np.inf)
+    assert float(res["steps"][0]) == pytest.approx(float(steps.min()), rel=1e-9)
