@@ -327,8 +327,9 @@ def register(app: typer.Typer) -> None:
             res = getattr(e, "result", None)
             if as_json:
                 closest = res.get("closest") if res else None
-                train = None
-                doc = {"schema_version": SCHEMA_VERSION, "plans": [], "closest": None, "error": str(e)}
+                tr = getattr(e, "train", None)
+                doc = {"schema_version": SCHEMA_VERSION, "plans": [], "error": str(e),
+                       "closest": _docs(m, hw, tr, [closest], world, headroom)[0] if closest and tr else None}
                 if res is not None:
                     doc["stats"] = _stats_json(res["stats"], "")
                 print_json(doc)

@@ -147,6 +147,7 @@ def run_target(target: Target, model, hw, world, *, method, top_k, headroom, tri
         target.result = run_search(ctx, hw, target.space, method=method, top_k=top_k, headroom=headroom,
                                    progress=progress, trials=trials, workers=workers, extra_rules=target.rules)
     except NoFeasiblePlanError as e:
+        e.train = target.train
         target.error = e
     return target
 

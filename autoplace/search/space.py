@@ -383,7 +383,13 @@ def space_for_runtime(rt, base: Space | None = None) -> Space:
             extras[k] = (pdf[k],)
     kw["extras"] = tuple(extras.items())
     return sp.with_(name=f"runtime:{rt.name}", description=f"the default space cut to {rt.describe()}",
-                    source=f"space_for_runtime({rt.name})", runtime=rt.source if rt.source != "builtin" else rt.name, **kw)
+                    source=f"space_for_runtime({rt.name})", runtime=_runtime_ref(rt), **kw)
+
+
+def _runtime_ref(rt) -> str:
+    """A shipped runtime by name, a user's TOML by path."""
+    from autoplace.runtimes import RUNTIME_DIR
+    return rt.name if rt.source == "builtin" or Path(rt.source).parent == RUNTIME_DIR else rt.source
 
 
 def resolve_space_path(name_or_path: str) -> Path:
