@@ -1,31 +1,37 @@
-"""Error types and the command line's exit codes.
+"""Error types and the command line's exit codes (one table: `EXIT_CODES`).
 
-| code | meaning                                                                  | raised as                         |
-|-----:|--------------------------------------------------------------------------|-----------------------------------|
-|    0 | success                                                                  | —                                 |
-|    1 | bad input: one line naming the field (or file and key) and the fix      | `InputError` (and OS file errors) |
-|    2 | a well-formed plan that violates composition rules (every rule listed)   | `IllegalPlanError`                |
-|    3 | a search in which no legal plan fits (the closest plan and its overrun)  | `NoFeasiblePlanError`             |
-|    4 | a legal plan that was not carried out: a launcher cannot express it      | `export.common.LauncherRefusedError` |
-|      | (`export`, `search --emit`), or a profiled run did not end ok (`profile`) | `EXIT_NOT_CARRIED_OUT`            |
+| code | meaning                                                                   | raised as              |
+|-----:|---------------------------------------------------------------------------|------------------------|
+|    0 | success                                                                   | —                      |
+|    1 | bad input: one line naming the field (or file and key) and the fix       | `InputError` (and OS file errors) |
+|    2 | a well-formed plan that violates composition rules (every rule listed)    | `IllegalPlanError`     |
+|    3 | no feasible plan: no legal plan fits (the closest plan and its overrun),  | `NoFeasiblePlanError`  |
+|      | no legal plan at all, or `estimate` of a plan that does not fit           |                        |
+|    4 | a legal plan that was not carried out: every requested launcher cannot    | `LauncherRefusedError` |
+|      | express it (`export`, `search --emit`), or a profiled run did not end ok  | `EXIT_REFUSED`         |
+|   64 | usage error: unknown option, missing or malformed option value (click/    | typer's usage errors   |
+|      | typer; BSD `EX_USAGE`)                                                    |                        |
 
 Every `AutoplaceError` carries its `exit_code`; `autoplace.cli.common.cli_errors` prints the message
 as one line and exits with it, never with a traceback. Code 1 is bad input throughout, including an
-unknown key in an input file (search spaces, hardware profiles); 2 is reserved for illegal plans.
+unknown key in an input file (search spaces, hardware profiles, runtimes); 2 is reserved for
+illegal plans.
 
 Not user errors (they never reach the CLI): `profile.capabilities.Unsupported` (a plan the runner
 skips, recorded as such), `search.ilp.StageModelError` (a plan outside the ILP's linear model), and
-`validate.mapping.Skip` (a record the validator cannot map). `LauncherRefusedError` is defined with
-the exporters (`autoplace/export/common.py`) for now; it belongs here once the launcher interface
-settles.
+`validate.mapping.Skip` (a record the validator cannot map).
 """
 
 EXIT_OK = 0
 EXIT_INPUT = 1
-EXIT_ILLEGAL_PLAN = 2
-EXIT_NO_FEASIBLE_PLAN = 3
-EXIT_NOT_CARRIED_OUT = 4
-"""A legal plan that a launcher refused or a profiled run that did not end ok."""
+EXIT_ILLEGAL = 2
+EXIT_NO_FEASIBLE = 3
+EXIT_REFUSED = 4
+"""A legal plan that a launcher refused, or a profiled run that did not end ok."""
+EXIT_USAGE = 64
+EXIT_CODES = {EXIT_OK: "ok", EXIT_INPUT: "bad input", EXIT_ILLEGAL: "illegal plan",
+              EXIT_NO_FEASIBLE: "no feasible plan", EXIT_REFUSED: "not carried out (launcher refused)",
+              EXIT_USAGE: "usage error"}
 
 
 class AutoplaceError(Exception):
@@ -40,7 +46,7 @@ class InputError(AutoplaceError):
 
 class IllegalPlanError(AutoplaceError):
     """A well-formed plan that violates composition rules. Exit code 2."""
-    exit_code = EXIT_ILLEGAL_PLAN
+    exit_code = EXIT_ILLEGAL
 
     def __init__(self, message: str, violations=()):
         super().__init__(message)
@@ -49,5 +55,15 @@ class IllegalPlanError(AutoplaceError):
 
 
 class NoFeasiblePlanError(AutoplaceError):
-    """A search in which no legal plan fits the memory limit. Exit code 3."""
-    exit_code = EXIT_NO_FEASIBLE_PLAN
+    """No legal plan fits the memory limit (or none is legal). Exit code 3."""
+    exit_code = EXIT_NO_FEASIBLE
+
+
+class LauncherRefusedError(AutoplaceError):
+    """A legal plan that the requested launcher(s) cannot express. Exit code 4."""
+    exit_code = EXIT_REFUSED
+
+    def __init__(self, launcher: str, reasons):
+        self.launcher = launcher
+        self.reasons = list(reasons)
+        super().__init__(f"{launcher} cannot express this plan: " + "; ".join(self.reasons))

@@ -53,7 +53,7 @@ def _table(t: dict) -> str:
     for i, row in enumerate(t["rows"]):
         cls = " class='hl'" if i in hl else ""
         out.append(f"<tr{cls}>" + "".join(
-            (f"<td class='l'>" if c in left else "<td>") + html.escape(_cell(v)) + "</td>"
+            ("<td class='l'>" if c in left else "<td>") + html.escape(_cell(v)) + "</td>"
             for c, v in zip(cols, row)) + "</tr>")
     out.append("</table>")
     return "\n".join(out)

@@ -295,6 +295,7 @@ def parse_plan(text: str | None) -> Plan:
     schedule implies the interleaved schedule.
     """
     kw: dict = {}
+    given: dict = {}
     for item in (text or "").replace(";", ",").split(","):
         item = item.strip()
         if not item:
@@ -306,6 +307,9 @@ def parse_plan(text: str | None) -> Plan:
         if key is None:
             raise InputError(f"--plan: unknown key '{k}'; valid keys: "
                              f"{', '.join(sorted(set(_ALIASES.values())))}")
+        if key in given:
+            raise InputError(f"--plan: '{key}' is given twice ('{given[key]}' and '{item}'); give each key once")
+        given[key] = item
         kw[key] = _coerce(key, v)
     if "zero" in kw and kw["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--plan: zero must be 0, 1, 2 or 3, got {kw['zero']}")

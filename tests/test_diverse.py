@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from autoplace.cli import app
+from autoplace.cost.step import evaluate
 from autoplace.estimate import estimate
 from autoplace.placement.rules import Ctx
 from autoplace.plan import Plan
 from autoplace.search.enumerate import enumerate_space
-from autoplace.cost.step import evaluate
 from autoplace.search.exhaustive import run_exhaustive
 from autoplace.search.families import FAMILIES, family_codes, family_of
 from autoplace.search.space import Choice, Space, load_space

@@ -25,12 +25,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 from launchers import readback as rb  # noqa: E402
 
 from autoplace.errors import IllegalPlanError, InputError  # noqa: E402
-from autoplace.export import (LAUNCHERS, LauncherRefusedError, emit_for_search, export_all,  # noqa: E402
-                              plan_document, read_plan_file, write_plan_file)
-from autoplace.export import accelerate, deepspeed, megatron, slurm, torchrun, torchtitan  # noqa: E402
+from autoplace.export import (  # noqa: E402  # noqa: E402
+    LAUNCHERS,
+    LauncherRefusedError,
+    accelerate,
+    deepspeed,
+    emit_for_search,
+    export_all,
+    megatron,
+    plan_document,
+    read_plan_file,
+    slurm,
+    torchrun,
+    torchtitan,
+    write_plan_file,
+)
 from autoplace.export.common import ExportJob  # noqa: E402
 from autoplace.placement.rules import Ctx, check  # noqa: E402
 from autoplace.plan import Plan, parse_plan  # noqa: E402
+from autoplace.runtimes import load_runtime  # noqa: E402
 from autoplace.specs.hardware import load_hardware  # noqa: E402
 from autoplace.specs.model import params_only  # noqa: E402
 from autoplace.specs.presets import get_preset  # noqa: E402
@@ -143,7 +156,7 @@ def _corrupt(tmp_path, mutate) -> Path:
     (lambda d: d["plan"].update(warp=9), "plan.warp is not a known plan field"),
     (lambda d: d["cluster"].update(gpus=0), "cluster.gpus must be a positive integer"),
     (lambda d: d["cluster"].update(hardware={"name": "tpu-v9"}), "unknown GPU profile"),
-    (lambda d: d["training"].update(precision="fp4"), "precision"),
+    (lambda d: d["training"].update(precision="int3"), "precision"),
     (lambda d: d.update(predicted=[1, 2]), "'predicted' must be an object"),
 ])
 def test_plan_file_broken_fields_are_one_line_input_errors(tmp_path, mutate, match):
@@ -196,10 +209,10 @@ def test_megatron_worked_example():
 
 def test_worked_example_refusals_name_the_reason():
     job = job_of(M13, T13, EXAMPLE, 64)
-    ds = deepspeed._reasons(job)
+    ds = deepspeed.LAUNCHER.refusals(job)
     assert any("tp=8" in r for r in ds) and any("selective" in r for r in ds)
-    assert any("zero=1" in r and "no ZeRO-1/2" in r for r in torchtitan._reasons(job))
-    acc = accelerate._reasons(job)
+    assert any("zero=1" in r and "no ZeRO-1/2" in r for r in torchtitan.LAUNCHER.refusals(job))
+    acc = accelerate.LAUNCHER.refusals(job)
     assert any("pp=2" in r for r in acc) and any("zero=1" in r for r in acc)
     for mod in (deepspeed, torchtitan, accelerate):
         with pytest.raises(LauncherRefusedError) as e:
@@ -259,8 +272,8 @@ def test_megatron_interleaved_uneven_split_is_a_layout_over_virtual_stages():
 
 
 @pytest.mark.parametrize("launcher,plan,needle", [
-    ("megatron", "tp=8,pp=2,zero=3,mbs=1", "ZeRO-3 with pp=2"),
-    ("megatron", "tp=8,pp=2,zero=2,mbs=1", "ZeRO-2 with pp=2"),
+    ("megatron", "tp=8,pp=2,zero=3,mbs=1", "zero=3 with pp=2"),
+    ("megatron", "tp=8,pp=2,zero=2,mbs=1", "zero=2 with pp=2"),
     ("megatron", "tp=8,pp=2,zero=1,schedule=gpipe,mbs=1", "gpipe"),
     ("megatron", "tp=8,zero=3,reshard=0,mbs=1", "reshard_after_forward=False"),
     ("megatron", "tp=8,zero=3,offload=params,mbs=1", "offloads only optimizer state"),
@@ -293,7 +306,10 @@ def test_deepspeed_pure_zero3_with_offload():
         (1024, 2, 8)                                            # 1024 = 2 × 8 × 64
     z = c["zero_optimization"]
     assert z["stage"] == 3 and z["offload_param"]["device"] == "cpu" and z["offload_optimizer"]["device"] == "cpu"
-    assert z["reduce_bucket_size"] == 5120 * 5120 and z["stage3_param_persistence_threshold"] == 51200
+    # the runtime's bucket (runtimes/deepspeed.toml dp_bucket_elements = 5e8: DeepSpeed's
+    # reduce_bucket_size default), not the HF integration's h² "auto" value
+    assert z["reduce_bucket_size"] == 500_000_000 and z["allgather_bucket_size"] == 500_000_000
+    assert z["stage3_param_persistence_threshold"] == 100_000
     assert c["activation_checkpointing"]["number_checkpoints"] == 40
     assert "auto" not in files["ds_config.json"]
     assert c["bf16"] == {"enabled": True}
@@ -334,9 +350,11 @@ def test_torchtitan_fsdp_tp_pp_interleaved():
 
 
 def test_torchtitan_overrides_equal_the_toml():
-    for plan in ("tp=8,zero=3,sp=1,recompute=selective,mbs=1", "zero=3,dp_replicate=8,offload=params,mbs=2",
-                 "tp=4,pp=2,zero=3,sp=1,recompute=block,recompute_layers=10,mbs=1,tp_overlap=1"):
-        job = job_of(M13, T13, plan, 64)
+    compiled = T13.with_(runtime=load_runtime("torchtitan-compile"))     # async TP (tp_overlap) needs compile
+    for plan, t in (("tp=8,zero=3,sp=1,recompute=selective,mbs=1", T13),
+                    ("zero=3,dp_replicate=8,offload=params,mbs=2", T13),
+                    ("tp=4,pp=2,zero=3,sp=1,recompute=block,recompute_layers=10,mbs=1,tp_overlap=1", compiled)):
+        job = job_of(M13, t, plan, 64)
         files = torchtitan.emit(job)
         toml_flat = rb.flatten(rb.tomllib.loads(files["torchtitan_job.toml"]))
         assert rb.overrides_dict(files["torchtitan_overrides.txt"]) == rb.as_cli_strings(toml_flat)
@@ -415,8 +433,8 @@ def test_torchrun_single_and_multi_node_and_slurm():
     assert "--rdzv-backend c10d" in s and "scontrol show hostnames" in s and '--rdzv-id "$SLURM_JOB_ID"' in s
     assert 'PAYLOAD="${PAYLOAD:-megatron}"' in s
     odd = job_of(get_preset("llama-tiny"), TrainingSpec(seq_len=256, global_batch=12), "zero=3,mbs=1", 12)
-    assert any("whole number" in r for r in torchrun._reasons(odd))
-    assert any("whole number" in r for r in slurm._reasons(odd))
+    assert any("whole number" in r for r in torchrun.LAUNCHER.refusals(odd))
+    assert any("whole number" in r for r in slurm.LAUNCHER.refusals(odd))
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
@@ -501,7 +519,7 @@ def test_property_every_launcher_round_trips_or_refuses(case):
     job = ExportJob(model, HW, train, plan, W)
     for name, mod in MODS.items():
         reasons = mod.supports(plan, model, train, W, HW)
-        assert reasons == mod._reasons(job)
+        assert reasons == mod.LAUNCHER.refusals(job)
         if reasons:
             assert all(isinstance(r, str) and r.strip() and "\n" not in r for r in reasons)
             with pytest.raises(LauncherRefusedError):
@@ -579,12 +597,13 @@ def supported_cases(draw, launcher):
             assume(m % max(1, m // pp) == 0)
     seq = draw(st.sampled_from([2048, 4096]))
     precs = {"deepspeed": ["bf16", "fp16", "fp32"], "torchtitan": ["bf16", "fp32", "fp8"],
-             "accelerate": ["bf16", "fp16", "fp32", "fp8"]}[launcher]
+             "accelerate": ["bf16", "fp16", "fp32"]}[launcher]   # runtimes/accelerate.toml: no FP8 recipe
     train = TrainingSpec(seq_len=seq, global_batch=mbs * dp * m, precision=draw(st.sampled_from(precs)))
     plan = Plan(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, dp_replicate=r, zero=zero,
                 reshard_after_forward=reshard, sp=sp, recompute=recompute, recompute_layers=rl, offload=off,
                 offload_fraction=phi, mbs=mbs, schedule=schedule, vpp_group=G,
-                dp_overlap=draw(st.booleans()))
+                dp_overlap=draw(st.booleans()),
+                rank_order="pp-dp-cp-tp" if launcher in ("torchtitan", "accelerate") else "tp-cp-ep-dp-pp")
     assume(not check(Ctx(model, train, W), plan))
     assume(not (launcher == "torchtitan" and cp > 1 and seq % (tp * 2 * cp)))
     assume(not (launcher == "accelerate" and zero == 3 and dp // r == 1 and (cp == 1 or r > 1)))  # needs a shard dim
@@ -599,7 +618,7 @@ def test_property_launcher_domain_is_emitted_and_round_trips(launcher):
     def run(case):
         model, train, plan, W = case
         job = ExportJob(model, HW, train, plan, W)
-        assert MODS[launcher]._reasons(job) == [], plan.short()
+        assert MODS[launcher].LAUNCHER.refusals(job) == [], plan.short()
         assert_round_trip(launcher, job)
     run()
 
@@ -631,11 +650,17 @@ def test_export_all_writes_refuses_and_cleans_stale_files(tmp_path):
     assert not list(out.glob(".*.tmp"))
 
 
-def test_fetch_sync_plans_export_with_a_note_on_every_launcher(tmp_path):
+def test_fetch_sync_plans_are_refused_except_under_deepspeed_2021(tmp_path):
+    """fetch_sync (synchronous ZeRO-3 fetches) is what DeepSpeed 2021 ran: every current stack refuses
+    it (rule RT-fetch-sync); under the deepspeed-2021 runtime the DeepSpeed JSON is written, with a note."""
     res = export_all(doc_of(M13, T13, "zero=3,recompute=full,mbs=2,fetch_sync=1", 64), "all", tmp_path)
-    assert set(res.written) == set(LAUNCHERS)
-    assert all(any("fetch_sync=True models DeepSpeed ZeRO-3 as released in 2021" in n for n in res.notes[k])
-               for k in LAUNCHERS)
+    assert set(res.written) == {"torchrun", "slurm"}                 # process launchers start any stack
+    assert all(any("fetch_sync=1 is DeepSpeed ZeRO-3 as released in 2021" in r for r in res.refused[k])
+               for k in ("megatron", "deepspeed", "torchtitan", "accelerate"))
+    t21 = TrainingSpec(seq_len=4096, global_batch=1024, precision="fp16", runtime=load_runtime("deepspeed-2021"))
+    old = export_all(doc_of(M13, t21, "zero=3,recompute=full,mbs=2,fetch_sync=1", 64), "deepspeed", tmp_path / "o")
+    assert list(old.written) == ["deepspeed"]
+    assert any("fetch_sync=True models DeepSpeed ZeRO-3 as released in 2021" in n for n in old.notes["deepspeed"])
     plain = export_all(doc_of(M13, T13, "zero=3,recompute=full,mbs=2", 64), "all", tmp_path / "p")
     assert not any("fetch_sync" in n for ns in plain.notes.values() for n in ns)
 

@@ -211,6 +211,7 @@ def test_sweep_pictures_from_a_sweep_document():
 
 def test_plot_and_report_options_on_every_command(tmp_path):
     from typer.testing import CliRunner
+
     from autoplace.cli import app
     runner = CliRunner()
     plan = ["--plan", "tp=8,pp=2,zero=1,sp=1,mbs=1"]

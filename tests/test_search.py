@@ -41,11 +41,15 @@ def test_builtin_spaces_load(name):
     assert "tp" in d and "zero" in d
 
 
-def test_megatron_and_fsdp_spaces_match_launchers():
+def test_megatron_and_fsdp_spaces_are_runtime_cuts():
+    """`--space megatron|fsdp` are the default space cut to the megatron-core / llm-foundry runtimes
+    (the old TOMLs contradicted the exporters: no Megatron-FSDP, DeepSpeed optimizer offload)."""
     meg, fs = load_space("megatron"), load_space("fsdp")
-    assert max(meg.zero) <= 1 and meg.rank_order == (0,) and 2 not in meg.schedule
+    assert meg.runtime == "megatron-core" and fs.runtime == "llm-foundry"
+    assert set(meg.zero) == {0, 1, 2, 3} and meg.rank_order == (0,) and 2 not in meg.schedule   # Megatron-FSDP in
+    assert meg.offload == (0, 1) and meg.reshard_after_forward == (True,)
     assert fs.tp.values == (1,) and fs.pp.values == (1,) and fs.cp.values == (1,)
-    assert fs.rank_order == (1,) and set(fs.zero) == {0, 1, 2, 3}
+    assert fs.rank_order == (1,) and set(fs.zero) == {0, 3} and fs.offload == (0, 3)
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -17,8 +17,8 @@ from autoplace.analysis.common import build_training
 from autoplace.analysis.sweep import pareto_front, pick_deadline
 from autoplace.cli import app
 from autoplace.errors import InputError
-from autoplace.placement.rules import Ctx
 from autoplace.io import to_jsonable
+from autoplace.placement.rules import Ctx
 from autoplace.plan import parse_plan
 from autoplace.search.driver import run_search
 from autoplace.search.space import load_space

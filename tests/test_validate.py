@@ -610,3 +610,32 @@ def test_layers_not_divisible_by_pp_map_to_a_lighter_ends_split():
     r = doc["records"][0]
     assert r["metric"] == "tflops_per_gpu" and r["predicted"] > 0
     assert any("layer_split [5, 6" in a for a in doc["mapping"]["bloom"]["assumptions"])
+
+
+# ---- the 2024–2026 file ----------------------------------------------------------------------------
+MODERN = PUBLIC.parent / "modern_runs.json"
+
+
+def test_modern_set_regression():
+    """The 2024–2026 set (issue 11): every record maps and predicts (coverage 100 %), each stack
+    reads its runtime, and the tokens/s error does not drift above where the model stands
+    (README "Accuracy on 2024–2026 stacks": mean 15.0 %, max 100.7 % — issue 11's ≤ 10 / ≤ 25 %
+    targets are not met; this guards the present, it does not claim them)."""
+    if not MODERN.exists():
+        pytest.skip("modern validation file not available")
+    from autoplace.validate.targets import modern_targets
+    results, _ = run(load_records(MODERN))
+    tg = modern_targets(results)
+    assert tg["coverage"] == 1.0 and tg["rows"] == tg["records"] == 36
+    assert tg["tokens_mean"] <= 16.0, tg["worst"]
+    assert tg["tokens_max"] <= 105.0, tg["worst"]
+    by = {r.id: r for r in results}
+    rt = {rid: r.mapping["runtime"] for rid, r in by.items()}
+    assert {v for k, v in rt.items() if k.startswith("mbridge2606")} == {"megatron-core"}
+    assert {v for k, v in rt.items() if k.startswith("nemo2502")} == {"megatron-core-0.11"}
+    assert {v for k, v in rt.items() if k.startswith("automodel")} == {"nemo-automodel"}
+    # the dense Llama rows that every stack runs well stay close
+    for rid in ("nemo2502-dgx-b200-llama3-8b-8gpu", "mbridge2606-gb200-llama31405b-mxfp8-256gpu-gbs1536",
+                "automodel-h100-bf16-llama370b-64gpu"):
+        e = next(m for m in by[rid].entries if m["metric"] == "tokens_per_sec_per_gpu")
+        assert abs(e["error_pct"]) <= 10.0, (rid, e)

@@ -6,17 +6,25 @@ the training spec a separate `search` at the same point builds)."""
 from __future__ import annotations
 
 
-def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world):
+def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world, runtime=None):
+    """(TrainingSpec, batch note) from the CLI's training options. seq_len None → the model's
+    pre-training length (`search.launchers.default_seq_len`); global batch: sequences, or ~tokens
+    per step rounded to legal plans (`search.driver.default_global_batch`); runtime (a name or
+    RuntimeSpec): its defaults (`runtimes.training_spec`), else the `zero` regime."""
     from autoplace.errors import InputError
     from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
     from autoplace.specs.training import TrainingSpec
     if global_batch is not None and global_batch_tokens is not None:
         raise InputError("give either --global-batch (sequences) or --global-batch-tokens, not both")
-    # default: the length the family was pre-trained at (ModelSpec.pretrain_seq_len), else the
-    # model's context capped at 4096 (a 128K max_position_embeddings is not a training length)
-    s = seq_len or (2048 if model.states_only else model.pretrain_seq_len or min(model.max_seq_len, 4096))
-    if s < 1:
-        raise InputError(f"--seq-len must be ≥ 1, got {s}")
+    if seq_len is not None and seq_len < 1:
+        raise InputError(f"--seq-len must be ≥ 1, got {seq_len} (omit it for the model's pre-training length)")
+    if global_batch is not None and global_batch < 1:
+        raise InputError(f"--global-batch must be ≥ 1, got {global_batch}")
+    if seq_len is not None:
+        s = seq_len
+    else:
+        from autoplace.search.launchers import Target, default_seq_len
+        s, _ = default_seq_len(model, [Target(None, None)])
     if global_batch is not None:
         note = f"global batch {global_batch} sequences × {s} = {global_batch * s:,} tokens per step (--global-batch)"
         B = global_batch
@@ -25,4 +33,7 @@ def build_training(model, seq_len, global_batch, global_batch_tokens, precision,
         if tokens < 1:
             raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
         B, note = default_global_batch(s, world, tokens)
-    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime), note
+    if runtime is not None:
+        from autoplace.runtimes import training_spec
+        return training_spec(runtime, seq_len=s, global_batch=B, precision=precision, regime=regime), note
+    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime or "zero"), note

@@ -169,6 +169,7 @@ def plan_text(plan) -> str:
     """The plan as a `--plan` string with every knob that differs from the default (paste it into
     estimate / compare): 'dp=128,tp=4,zero=3,sp=1,recompute=block,recompute_layers=14,mbs=4,tp_overlap=1'."""
     from dataclasses import fields
+
     from autoplace.plan import Plan
     default = Plan()
     out = []

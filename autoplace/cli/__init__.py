@@ -5,8 +5,45 @@ ortools) happen inside the commands that need them, so start-up stays fast."""
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+try:  # typer ≥ 0.2x vendors click as typer._click; older typer uses click itself
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import UsageError
+
+from autoplace.errors import EXIT_USAGE
+
+
+class _Group(TyperGroup):
+    """Usage errors (unknown option, missing or malformed value) exit with EXIT_USAGE (64), not
+    click's 2, which autoplace uses for "illegal plan" (autoplace.errors.EXIT_CODES)."""
+
+    def make_context(self, *a, **kw):
+        try:
+            return super().make_context(*a, **kw)
+        except UsageError as e:
+            _usage(e)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UsageError as e:
+            _usage(e)
+
+
+def _usage(e) -> None:
+    """One line on stderr naming the problem and where help is, then exit EXIT_USAGE."""
+    if type(e).__name__ == "NoArgsIsHelpError":      # bare `autoplace` / `autoplace CMD`: show the help
+        e.exit_code = EXIT_USAGE
+        raise e
+    cmd = e.ctx.command_path if getattr(e, "ctx", None) is not None else "autoplace"
+    msg = " ".join(e.format_message().split())
+    typer.echo(f"error: {msg} (usage: {cmd} --help)", err=True)
+    raise SystemExit(EXIT_USAGE)
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan distributed LLM training: placement, memory, communication, step time, search.")
 
 

@@ -29,7 +29,8 @@ def cli_errors(fn):
     return wrapper
 
 
-def resolve_model(model: str | None, params: str | None, largest_layer: float | None = None):
+def resolve_model(model: str | None, params: str | None, largest_layer: float | None = None,
+                  allow_params: bool = True):
     """--model NAME|config.json|DIR or --params COUNT → ModelSpec."""
     from autoplace.specs.model import params_only
     if params is not None:
@@ -38,7 +39,8 @@ def resolve_model(model: str | None, params: str | None, largest_layer: float | 
         except ValueError:
             raise InputError(f"--params must be a number like 7.5e9, got '{params}'") from None
     if not model:
-        raise InputError("give --model NAME (e.g. 13b) or a config.json path, or --params COUNT")
+        raise InputError("give --model NAME (e.g. 13b) or a config.json path"
+                         + (", or --params COUNT" if allow_params else ""))
     p = Path(model)
     if p.suffix == ".json" or p.is_dir() or (os.sep in model and p.exists()):
         from autoplace.specs.hf_config import load_hf_config
@@ -47,8 +49,29 @@ def resolve_model(model: str | None, params: str | None, largest_layer: float | 
     return get_preset(model)
 
 
+def check_hardware_name(hardware: str) -> None:
+    """--hardware takes a profile name (or alias) or a .toml path, exactly: a free-form name such as
+    'h100xyz' is refused with the closest names, never silently mapped to a profile."""
+    import difflib
+
+    from autoplace.specs.hardware import ALIASES, _canon, available_profiles
+    p = Path(hardware)
+    if p.suffix == ".toml" or p.exists() or os.sep in hardware:
+        return
+    key = _canon(hardware)
+    names = available_profiles()
+    if key in names or key in ALIASES:
+        return
+    close = difflib.get_close_matches(key, names + list(ALIASES), n=2, cutoff=0.5)
+    raise InputError(f"--hardware: unknown profile '{hardware}'"
+                     + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                     + f"; choose one of {', '.join(names)} or pass a .toml path")
+
+
 def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_per_node: int | None = None):
     from autoplace.specs.hardware import DEFAULT_HARDWARE, load_hardware, parse_size
+    if hardware:
+        check_hardware_name(hardware)
     ov = {}
     if gpu_memory:
         ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory")

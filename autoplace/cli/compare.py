@@ -126,7 +126,7 @@ def _visuals(cmp, entries, docs, labels, plot, report) -> None:
         from autoplace.analysis.schedule import timeline
         from autoplace.placement.rules import Ctx
         from autoplace.plots.common import png_bytes
-        from autoplace.plots.plan import plan_title, breakdown_figure, memory_figure, timeline_figure
+        from autoplace.plots.plan import breakdown_figure, memory_figure, plan_title, timeline_figure
         pics = {"compare_memory.png": png_bytes(memory_figure(docs, labels)),
                 "compare_step_breakdown.png": png_bytes(breakdown_figure(docs, labels))}
         for lab, (m, hw, train, p, world), d in zip(labels, entries, docs):

@@ -1,15 +1,17 @@
-"""`autoplace estimate`: one plan's legality, memory per stage, communication and step time."""
+"""`autoplace estimate`: one plan's legality, memory per stage, communication and step time.
+
+Exit codes (autoplace.errors): 0 legal and fits, 1 bad input, 2 illegal plan, 3 the plan does not
+fit in memory, 64 usage error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import typer
 
-from dataclasses import replace
-
-from autoplace.cli.common import (check_gpus, cli_errors, print_json, resolve_hardware, resolve_model)
-from autoplace.cli.search import build_training
+from autoplace.analysis.common import build_training
+from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
 
 
 def register(app: typer.Typer) -> None:
@@ -19,14 +21,15 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", "-m", help="preset (13b, llama3-70b, …) or HF config.json path"),
         params: Optional[str] = typer.Option(None, "--params", help="bare parameter count, e.g. 7.5e9 (model states only)"),
         largest_layer: Optional[float] = typer.Option(None, "--largest-layer", help="Ψ_max with --params (DeepSpeed estimator term)"),
-        gpus: int = typer.Option(..., "--gpus", "-n", help="total GPUs (world size)"),
+        gpus: Optional[int] = typer.Option(None, "--gpus", "-n", help="total GPUs (world size); not needed with --plan-file"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml path"),
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
         precision: str = typer.Option("bf16", "--precision"),
-        regime: str = typer.Option("zero", "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …)"),
+        regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
+        runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics (megatron-core, torchtitan, deepspeed, …)"),
         attention: str = typer.Option("flash", "--attention", help="flash | eager"),
         dropout: bool = typer.Option(False, "--dropout/--no-dropout"),
         plan: Optional[str] = typer.Option(None, "--plan", help='e.g. "tp=8,pp=4,zero=1,sp=1,recompute=selective,mbs=1"'),
@@ -41,9 +44,18 @@ def register(app: typer.Typer) -> None:
         from autoplace.estimate import estimate as run
         from autoplace.plan import parse_plan
         if plan_file:
+            from autoplace.errors import InputError
             from autoplace.export.planfile import read_plan_file
+            if plan:
+                raise InputError("give either --plan or --plan-file, not both")
             m, hw, train, p, world, _ = read_plan_file(plan_file)
+            if gpus is not None and gpus != world:
+                raise InputError(f"--gpus {gpus} disagrees with the plan file's {world} GPUs; drop --gpus "
+                                 "(the plan file fixes the GPU count)")
         else:
+            from autoplace.errors import InputError
+            if gpus is None:
+                raise InputError("--gpus is required (the world size), e.g. --gpus 64; or give --plan-file")
             world = check_gpus(gpus)
             m = resolve_model(model, params, largest_layer)
             hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
@@ -51,7 +63,7 @@ def register(app: typer.Typer) -> None:
             if global_batch is None and (states_only or m.states_only):
                 r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
                 global_batch = max(r.dp, 1) * r.mbs
-            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world)
+            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world, runtime=runtime)
             train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
@@ -64,5 +76,12 @@ def register(app: typer.Typer) -> None:
         if plot or report:
             from autoplace.cli.visuals import estimate_visuals
             estimate_visuals(m, hw, train, p, world, doc, plot, report)
+        from autoplace.errors import EXIT_ILLEGAL, EXIT_NO_FEASIBLE
         if not doc["legal"]:
-            raise typer.Exit(2)
+            raise typer.Exit(EXIT_ILLEGAL)
+        if not doc["memory"]["fits"] and not doc["training"]["states_only"]:   # --states-only: accounting
+            if not as_json:
+                typer.echo(f"error: the plan does not fit: peak {doc['memory']['peak_bytes'] / 2**30:.2f} GiB on stage "
+                           f"{doc['memory']['binding_stage']} > limit {doc['memory']['limit_bytes'] / 2**30:.2f} GiB",
+                           err=True)
+            raise typer.Exit(EXIT_NO_FEASIBLE)

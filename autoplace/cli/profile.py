@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         collective bytes per axis and step time; equivalence against a single-process run."""
         from pathlib import Path
 
-        from autoplace.errors import EXIT_NOT_CARRIED_OUT, InputError
+        from autoplace.errors import EXIT_REFUSED, InputError
         from autoplace.io import default_run_dir
         from autoplace.plan import parse_plan
         from autoplace.profile.launch import run_plans
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(render(recs))
             typer.echo(f"records in {out_dir / 'results.jsonl'}")
         if any(r["status"] != "ok" for r in recs):
-            raise typer.Exit(EXIT_NOT_CARRIED_OUT)
+            raise typer.Exit(EXIT_REFUSED)
 
 
 def _mib(x):

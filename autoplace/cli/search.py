@@ -1,6 +1,8 @@
 """`autoplace search`: the fastest plan that fits, proven fastest under the model, and why.
 
-Exit codes: 0 found, 1 bad input, 3 no legal plan fits the memory limit.
+`--launcher L` (repeatable) searches exactly what L's exporter accepts; `--runtime R` picks the cost
+model's runtime physics (see autoplace.search.launchers). Exit codes (autoplace.errors): 0 found,
+1 bad input, 3 no legal plan / nothing fits, 4 every requested launcher refuses (--emit), 64 usage.
 Never imports torch / optuna / ortools at module import time (start-up stays fast).
 """
 
@@ -85,29 +87,59 @@ def _degrees(p) -> str:
     return s
 
 
-def render(result, docs, train_note, space, explain: bool, console, families=None) -> None:
+def _params(n: float) -> str:
+    return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+
+
+def step_str(x: float) -> str:
+    """Step time with 4 significant digits (never cut to 0.00x)."""
+    return f"{x:.4g}" if x < 1000 else f"{x:,.1f}"
+
+
+def header_line(model, d0, outcome, space_name) -> str:
+    """Model (parameters, MoE active), GPUs, sequence (and where its default came from), batch,
+    precision, runtime and launcher(s), space."""
+    tr = d0["training"]
+    ps = f"{_params(model.total_params())} params"
+    if model.is_moe:
+        ps += f", {_params(model.active_params())} active"
+    tg = outcome.targets
+    who = ", ".join(t.label for t in tg) if (len(tg) > 1 or tg[0].launcher or tg[0].runtime) else \
+        "default kernels (megatron-core), any launcher"
+    return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']} · "
+            f"{outcome.seq_note} · global batch {tr['global_batch']} · {tr['precision']} · {who} · "
+            f"space [bold]{space_name}[/]")
+
+
+def render(result, docs, train_note, space, explain: bool, console, outcome=None, model=None,
+           families=None) -> None:
     from rich.table import Table
     stats = result["stats"]
     d0 = docs[0]
     con = console
-    con.print(f"[bold]{d0['model']['name']}[/] on {d0['hardware']['gpus']} × {d0['hardware']['name']} · "
-              f"seq {d0['training']['seq_len']} · global batch {d0['training']['global_batch']} · "
-              f"{d0['training']['precision']} · space [bold]{space.name}[/]")
+    if outcome is not None and model is not None:
+        con.print(header_line(model, d0, outcome, space.name))
+    else:
+        con.print(f"[bold]{d0['model']['name']}[/] on {d0['hardware']['gpus']} × {d0['hardware']['name']} · "
+                  f"seq {d0['training']['seq_len']} · global batch {d0['training']['global_batch']} · "
+                  f"{d0['training']['precision']} · space [bold]{space.name}[/]")
     t = Table(title=(f"best plan of each family, {len(docs)} families" if families else f"top {len(docs)} plans")
                     + f" (method {stats['method']}"
                     f"{', optimal under the model' if stats.get('optimal') else ', not proven optimal'})", title_justify="left")
     for col, just in (("#", "right"), *((("family", "left"),) if families else ()), ("degrees", "left"), ("zero", "left"), ("sp", "center"),
                       ("recompute", "left"), ("mbs", "right"), ("schedule", "left"), ("step s", "right"),
-                      ("tok/s/GPU", "right"), ("MFU", "right"), ("peak/limit GiB", "right")):
-        t.add_column(col, justify=just, no_wrap=True)
+                      ("tok/s/GPU", "right"), ("MFU", "right"), ("peak/limit GiB", "right"), ("runs on", "left")):
+        t.add_column(col, justify=just, no_wrap=col != "runs on", min_width=len(col),
+                     overflow="fold" if col == "runs on" else "ellipsis")
     from autoplace.plan import Plan
     for i, d in enumerate(docs):
         p = Plan.from_dict(d["plan"])
         tm, mem = d["time"], d["memory"]
         t.add_row(str(i + 1), *((families[i],) if families else ()), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
-                  _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), f"{tm['step_s']:.3f}",
+                  _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), step_str(tm['step_s']),
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
                   f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
+                  ",".join(d.get("runs_on", [])) or "[red]none[/]",
                   style="bold" if i == 0 else None)
     con.print(t)
     if families:
@@ -116,6 +148,14 @@ def render(result, docs, train_note, space, explain: bool, console, families=Non
         if missing:
             con.print(f"[dim]no legal plan that fits in famil{'y' if len(missing) == 1 else 'ies'} "
                       f"{', '.join(missing)} (families: README, 'How to read autoplace search')[/]")
+    if outcome is not None and outcome.best_per_launcher:
+        con.print("[bold]best plan per launcher[/] (each from its own constrained search, under its runtime):")
+        for n, v in outcome.best_per_launcher.items():
+            if isinstance(v, tuple):
+                p, st, tg = v
+                con.print(f"  {n:<10} {step_str(st):>8} s  {p.short()}  [dim]({tg.runtime.name})[/]")
+            else:
+                con.print(f"  {n:<10} [red]{v}[/]")
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
@@ -132,8 +172,9 @@ def render(result, docs, train_note, space, explain: bool, console, families=Non
             pt.add_column("rule")
             pt.add_column("plans", justify="right")
             pt.add_column("meaning")
+            titles = {r.id: r.title for tg in (outcome.targets if outcome else ()) for r in tg.rules}
             for rid, n in s["pruned_by_rule"].items():
-                pt.add_row(rid, f"{n:,}", RULES_BY_ID[rid].title if rid in RULES_BY_ID else "")
+                pt.add_row(rid, f"{n:,}", RULES_BY_ID[rid].title if rid in RULES_BY_ID else titles.get(rid, ""))
             con.print(pt)
         if "ilp" in s:
             con.print(f"[dim]ILP refinement: {s['ilp']}[/]")
@@ -147,6 +188,18 @@ def _docs(model, hw, train, plans, world, headroom):
     return [estimate(model, hw, train, p, world, headroom) for p in plans]
 
 
+def _ranked_docs(model, hw, outcome, world, headroom):
+    from autoplace.estimate import estimate
+    from autoplace.search.launchers import runs_on
+    docs = []
+    for p, _, tg in outcome.ranked:
+        d = estimate(model, hw, tg.train, p, world, headroom)
+        d["runs_on"] = runs_on(model, hw, tg.train, p, world)
+        d["search"] = {"launcher": tg.launcher, "runtime": tg.runtime.name if tg.runtime is not None else None}
+        docs.append(d)
+    return docs
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @cli_errors
@@ -156,13 +209,14 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="default: the profile's (8)"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml (default H100-SXM-80GB)"),
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's pre-training length (pretrain_seq_len), else min(context, 4096)"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the runtime's recipe length, else the model's pre-training length"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
         global_batch_tokens: Optional[int] = typer.Option(None, "--global-batch-tokens",
                                                           help="tokens per step (default ~4M = 2^22), rounded to legal plans"),
         precision: str = typer.Option("bf16", "--precision"),
-        regime: str = typer.Option("zero", "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …)"),
+        regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         space: str = typer.Option("default", "--space", help="search space name (default, megatron, fsdp) or .toml path"),
+        runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics + capabilities (megatron-core, torchtitan, deepspeed, …; default kernels: megatron-core)"),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | ilp | bayes"),
         top_k: int = typer.Option(5, "--top-k", "-k"),
         headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
@@ -171,7 +225,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
         explain: bool = typer.Option(False, "--explain", help="pruning by rule, batch choice, winner in detail"),
         emit: Optional[str] = typer.Option(None, "--emit", help="write plan.json and launcher files of the winner to DIR"),
-        launcher: Optional[List[str]] = typer.Option(None, "--launcher", "-l", help="launcher(s) for --emit (default all)"),
+        launcher: Optional[List[str]] = typer.Option(None, "--launcher", "-l", help="search only what these launchers can run (megatron, deepspeed, torchtitan, accelerate, torchrun, slurm; repeat or comma-separate); also the --emit set (default all)"),
         profile_top: Optional[int] = typer.Option(None, "--profile-top", help="measure the top K plans with torch runs"),
         profile_out: Optional[str] = typer.Option(None, "--profile-out", help="--profile-top records go to "
                                                   "DIR/candidates.jsonl (default runs/search-<model>-<N>g-<UTC>/)"),
@@ -182,8 +236,8 @@ def register(app: typer.Typer) -> None:
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
         from autoplace.errors import InputError, NoFeasiblePlanError
-        from autoplace.placement.rules import Ctx
-        from autoplace.search.driver import METHODS, run_search
+        from autoplace.search import launchers as LS
+        from autoplace.search.driver import METHODS
         from autoplace.search.space import load_space
         world = check_gpus(gpus)
         if method not in METHODS:
@@ -192,51 +246,68 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--top-k must be ≥ 1, got {top_k}")
         if profile_top is not None and profile_top < 1:
             raise InputError(f"--profile-top must be ≥ 1, got {profile_top}")
-        if launcher and not emit:
-            raise InputError("--launcher needs --emit DIR")
+        if emit:
+            from autoplace.export.exporter import check_out_dir
+            check_out_dir(emit, "--emit")
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
-        m = resolve_model(model, None)
+        m = resolve_model(model, None, allow_params=False)
         if m.states_only:
             raise InputError("search needs a model shape (--model preset or config.json)")
         hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
-        train, train_note = build_training(m, seq_len, global_batch, global_batch_tokens, precision, regime, world)
         sp = load_space(space)
-        ctx = Ctx(m, train, world)
         prog = _LazyProgress(f"search {m.name} on {world} GPUs")
+        k_search = max(top_k, 8 * profile_top) if profile_top else top_k
         try:
             # --profile-top K looks further down the ranking for K plans that run on this machine
-            k_search = max(top_k, 8 * profile_top) if profile_top else top_k
-            result = run_search(ctx, hw, sp, method=method, top_k=k_search, headroom=headroom, progress=prog,
-                                trials=trials, workers=workers, families=diverse)
+            outcome = LS.search(m, hw, world, launchers=launcher, runtime=runtime, seq_len=seq_len,
+                                global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+                                precision=precision, regime=regime, space=sp, space_explicit=space != "default",
+                                method=method, top_k=k_search, headroom=headroom, trials=trials, workers=workers,
+                                progress=prog, families=diverse)
         except NoFeasiblePlanError as e:
             prog.close()
             res = getattr(e, "result", None)
-            if as_json and res is not None:
-                closest = res.get("closest")
-                doc = {"schema_version": SCHEMA_VERSION, "plans": [],
-                       "closest": _docs(m, hw, train, [closest], world, headroom)[0] if closest else None,
-                       "stats": _stats_json(res["stats"], train_note), "error": str(e)}
+            if as_json:
+                closest = res.get("closest") if res else None
+                tr = getattr(e, "train", None)
+                doc = {"schema_version": SCHEMA_VERSION, "plans": [], "error": str(e),
+                       "closest": _docs(m, hw, tr, [closest], world, headroom)[0] if closest and tr else None}
+                if res is not None:
+                    doc["stats"] = _stats_json(res["stats"], "")
                 print_json(doc)
             raise
         finally:
             prog.close()
-        ranked = result["plans"]
-        result = dict(result, plans=ranked[:top_k], steps=result["steps"][:top_k])
+        t0 = outcome.ranked[0][2]
+        result = dict(t0.result)
+        train, train_note = t0.train, outcome.train_note
+        ranked = [p for p, _, _ in outcome.ranked]
+        result = dict(result, plans=ranked[:top_k], steps=[s_ for _, s_, _ in outcome.ranked][:top_k])
+        outcome.ranked = outcome.ranked[:top_k]
         fam_names = None
         if diverse:     # the best plan of each family replaces the top-k (search --diverse)
-            fam_names = [f for f, _, _ in result["families"]]
-            result = dict(result, plans=[q for _, _, q in result["families"]],
-                          steps=[s for _, s, _ in result["families"]])
-        docs = _docs(m, hw, train, result["plans"], world, headroom)
+            fams = t0.result["families"]
+            fam_names = [f for f, _, _ in fams]
+            result = dict(result, plans=[q for _, _, q in fams], steps=[s_ for _, s_, _ in fams])
+            outcome.ranked = [(q, s_, t0) for _, s_, q in fams]
+        docs = _ranked_docs(m, hw, outcome, world, headroom)
         stats = result["stats"]
         profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
                             out_dir=profile_out) if profile_top else None
         if as_json:
             doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
-                   "space": sp.to_dict()}
+                   "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
+                   "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
+                                 "rules": [r.id for r in t.rules],
+                                 "stats": _stats_json(t.result["stats"], "") if t.result else None,
+                                 "error": str(t.error) if t.error else None} for t in outcome.targets]}
             if fam_names is not None:
                 doc["families"] = fam_names
+            if outcome.best_per_launcher:
+                doc["best_per_launcher"] = {
+                    n: ({"plan": v[0].resolved(world).to_dict(), "step_s": v[1], "runtime": v[2].runtime.name}
+                        if isinstance(v, tuple) else {"error": v}) for n, v in outcome.best_per_launcher.items()}
             if profiled is not None:
                 doc["profiled"] = profiled
             print_json(doc)
@@ -244,8 +315,8 @@ def register(app: typer.Typer) -> None:
             from rich.console import Console
             con = Console()
             if not con.is_terminal:
-                con = Console(width=170 if diverse else 150)
-            render(result, docs, train_note, sp, explain, con, families=fam_names)
+                con = Console(width=170)
+            render(result, docs, train_note, t0.space, explain, con, outcome=outcome, model=m, families=fam_names)
         if emit:
             _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
         if plot or report:
@@ -267,6 +338,7 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
         from autoplace.export import emit_for_search, plan_document
     except ImportError as e:
         raise AutoplaceError(f"--emit: the exporter is not available ({e})") from None
+    from autoplace.errors import LauncherRefusedError
     pdoc = plan_document(model, hw, train, plan, world, predicted=doc.get("time"))
     res = emit_for_search(pdoc, out_dir, tuple(launchers) if launchers else ("all",))
     if not quiet:
@@ -277,6 +349,8 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
             typer.echo(f"wrote {res.out_dir}")
     else:
         typer.echo(f"emitted to {res.out_dir}", err=True)
+    if not res.written:           # every requested launcher refused the winner: exit 4, as `export` does
+        raise LauncherRefusedError(", ".join(res.refused), [r for rs in res.refused.values() for r in rs])
 
 
 def _profile(model, hw, train, ranked, world, k, seq_len=128, out_dir=None):

@@ -192,7 +192,7 @@ def layer_compute_times(ctx, hw, p):
         Me = T * m.top_k                                   # tokens routed to this rank's experts (balanced)
         n_local = m.num_experts / _w(p.ep)
         Mper = Me / n_local                                # per expert GEMM rows
-        for (N, K) in ((gmul * fe, h), (h, fe)):
+        for (N, K, col) in ((gmul * fe, h, True), (h, fe, False)):
             if kern.moe_grouped_gemm:
                 f, b = gemm(Mper, N, K, batch=n_local)     # one grouped GEMM over the local experts
             else:
@@ -201,7 +201,7 @@ def layer_compute_times(ctx, hw, p):
             gf, gbk = gf + fm * f, gbk + fm * b
             flops = flops + fm * 2 * Me * N * K
             mm_f.append(fm * f)
-            sac_rc = sac_rc + fm * f * ((0.5 if m.gated_mlp else 0.0) if N != h else (0.0 if m.gated_mlp else 1.0))
+            sac_rc = sac_rc + fm * f * ((0.5 if m.gated_mlp else 0.0) if col else (0.0 if m.gated_mlp else 1.0))
             q_in, q_out = q_in + fm * m.top_k * K, q_out + fm * m.top_k * N
         f, b = gemm_fwd_bwd(hw, T, m.num_experts, h, bA, peak16)   # router (BF16/FP32)
         gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * m.num_experts * h

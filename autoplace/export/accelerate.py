@@ -21,54 +21,51 @@ from __future__ import annotations
 
 import yaml
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
-                                     header_lines, partial_job, recompute_per_stage, zero_level)
+from autoplace.export.common import ExportJob, as_job, header_lines, recompute_per_stage, zero_level
+from autoplace.export.launcher import Launcher, _a, rule
 
 NAME = "accelerate"
 FILES = ("accelerate_config.yaml", "accelerate_config_fsdp1.yaml", "accelerate_launch.sh")
 
 
+def _rules() -> tuple:
+    """accelerate's format rules (capabilities: runtimes/accelerate.toml)."""
+    R = lambda rid, title, v, m: rule(NAME, rid, title, v, m)  # noqa: E731
+    return (
+        R("shard-dim", "FSDP2 needs a dimension to shard over",
+          lambda c, p: (_a(p.zero) == 3) & (_a(p.dp_shard) == 1) & (_a(p.cp) == 1) & _a(c.world > 1),
+          lambda c, p: "zero=3 with dp_shard=1 and cp=1: FSDP2 has no dimension to shard over (accelerate rejects it)"),
+        R("replicate-no-shard", "replication needs a shard dimension",
+          lambda c, p: (_a(p.zero) == 3) & (_a(p.dp_replicate) > 1) & (_a(p.dp_shard) == 1) & (_a(p.cp) > 1),
+          lambda c, p: f"dp_replicate={p.dp_replicate} with dp_shard=1: accelerate's ParallelismConfig rejects "
+                       "replication without a shard dimension (also with cp > 1); set dp_replicate=1"),
+    )
+
+
+class Accelerate(Launcher):
+    name = NAME
+    files = FILES
+    runtime = "accelerate"
+
+    def format_rules(self):
+        return _rules()
+
+    def notes(self, job):
+        return notes(job)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = Accelerate()
+
+
 def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
+    return LAUNCHER.supports(plan, model, train, world, hw)
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    plan = job.plan
-    out = common_refusals(job)
-    zero, hold = zero_level(plan)
-    if plan.pp > 1:
-        out.append(f"pp={plan.pp}: accelerate has no pipeline parallelism")
-    if plan.ep > 1:
-        out.append(f"ep={plan.ep}: accelerate has no expert parallelism")
-    if plan.sp:
-        out.append("sp=1: accelerate's TP (transformers tp_plan) has no Megatron-style sequence-parallel "
-                   "switch (its sp_size is DeepSpeed Ulysses)")
-    if plan.tp_overlap:
-        out.append("tp_overlap: accelerate has no async-TP switch")
-    if zero in (1, 2):
-        out.append(f"zero={zero}: FSDP shards parameters too (ZeRO-3) or nothing; use DeepSpeed or "
-                   "Megatron for ZeRO-1/2")
-    if zero == 0 and (plan.tp > 1 or plan.cp > 1):
-        out.append("zero=0 with tp/cp > 1: accelerate composes TP/CP only with FSDP2 (DDP + TP is not "
-                   "supported); use zero=3")
-    if zero == 3 and plan.dp_shard == 1 and plan.cp == 1 and job.world > 1:
-        out.append("zero=3 with dp_shard=1 and cp=1: FSDP2 has no dimension to shard over "
-                   "(accelerate rejects it)")
-    if zero == 3 and plan.dp_replicate > 1 and plan.dp_shard == 1 and plan.cp > 1:
-        out.append(f"dp_replicate={plan.dp_replicate} with dp_shard=1: accelerate's ParallelismConfig rejects "
-                   "replication without a shard dimension (also with cp > 1); set dp_replicate=1")
-    if plan.off in (1, 2):
-        out.append(f"offload={plan.offload}: FSDP's fsdp_offload_params moves parameters and gradients "
-                   "(and the optimizer step) to the CPU together, i.e. offload=params")
-    if plan.off >= 1 and plan.offload_fraction < 1:
-        out.append(f"offload_fraction={plan.offload_fraction:g}: FSDP offloads all or nothing")
-    rc = recompute_per_stage(job)
-    if isinstance(rc, str):
-        out.append(rc)
-    elif rc[0] in ("selective", "block"):
-        out.append(f"recompute={rc[0]}: fsdp_activation_checkpointing checkpoints every wrapped layer "
-                   "(recompute=full) or none")
-    return out + batch_refusals(job)
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
 
 
 def notes(job) -> list[str]:
@@ -117,7 +114,7 @@ def config_v2(job: ExportJob) -> dict:
     zero, hold = zero_level(plan)
     if zero == 0:
         return _base(job, "MULTI_GPU")
-    kind, _ = recompute_per_stage(job)
+    kind = recompute_per_stage(job).kind
     d = _base(job, "FSDP")
     fc = {"fsdp_version": 2,
           "fsdp_reshard_after_forward": not hold,
@@ -160,7 +157,7 @@ def config_v1(job: ExportJob) -> dict | None:
     if strat is None:
         return None
     plan = job.plan
-    kind, _ = recompute_per_stage(job)
+    kind = recompute_per_stage(job).kind
     d = _base(job, "FSDP")
     fc = {"fsdp_version": 1,
           "fsdp_sharding_strategy": strat,
@@ -185,19 +182,13 @@ def _yaml(job: ExportJob, what: str, d: dict) -> str:
     return "\n".join(header_lines(job, what)) + "\n" + yaml.safe_dump(d, sort_keys=False)
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    if job.train is None:
-        raise LauncherRefusedError(NAME, ["the accelerate launch needs the training spec (batch sizes)"])
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     files = {"accelerate_config.yaml": _yaml(job, "accelerate config (FSDP2 / DDP)", config_v2(job))}
     v1 = config_v1(job)
     if v1 is not None:
         files["accelerate_config_fsdp1.yaml"] = _yaml(job, "accelerate config (FSDP1 sharding strategy)", v1)
     plan = job.plan
-    kind, _ = recompute_per_stage(job)
+    kind = recompute_per_stage(job).kind
     launch = ["#!/usr/bin/env bash"] + header_lines(job, "accelerate launch") + [
         "# The batch flags are those of an HF-Trainer-style script; the data-parallel size is",
         f"# dp_replicate·dp_shard = {plan.dp}, so {job.train.global_batch} = {plan.mbs} × "

@@ -1,14 +1,8 @@
-"""Shared pieces of the launcher emitters: the export job, the refusal error, and plan facts that
-every emitter reads the same way (effective ZeRO level, recompute per stage, batch quantities).
+"""Shared pieces of the launcher emitters: the export job and plan facts that every emitter reads
+the same way (effective ZeRO level, recompute per stage, batch quantities).
 
-Every emitter module (megatron, deepspeed, torchtitan, accelerate, torchrun, slurm) exposes
-
-* ``NAME`` and ``FILES`` (the file names it may write, so a re-export can remove stale ones),
-* ``supports(plan, model, train=None, world=None, hw=None) -> list[str]`` — the reasons the
-  launcher cannot express the plan (empty list: it can),
-* ``notes(job) -> list[str]`` — approximations worth telling the user that are not refusals,
-* ``emit(doc_or_job) -> dict[str, str]`` — file name → text; raises `LauncherRefusedError`
-  rather than writing a file that says something other than the plan.
+The launcher interface itself (rules, refusals, emit) is `autoplace.export.launcher.Launcher`; the
+registry of the six launchers is `autoplace.export.registry.LAUNCHERS`.
 """
 
 from __future__ import annotations
@@ -17,23 +11,11 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from autoplace.errors import AutoplaceError
+from autoplace.errors import LauncherRefusedError  # noqa: F401  (re-exported)
+from autoplace.export.launcher import Recompute
 
-LAUNCHERS = ("megatron", "deepspeed", "torchtitan", "accelerate", "torchrun", "slurm")
+LAUNCHER_NAMES = ("megatron", "deepspeed", "torchtitan", "accelerate", "torchrun", "slurm")
 DEFAULT_GPUS_PER_NODE = 8
-
-
-class LauncherRefusedError(AutoplaceError):
-    """A legal plan that a launcher cannot express (e.g. DeepSpeed ZeRO-3 with pp > 1).
-
-    Exit code 4 (1 bad input, 2 illegal plan, 3 nothing fits, 4 no requested launcher can run it).
-    """
-    exit_code = 4
-
-    def __init__(self, launcher: str, reasons):
-        self.launcher = launcher
-        self.reasons = list(reasons)
-        super().__init__(f"{launcher} cannot express this plan: " + "; ".join(self.reasons))
 
 
 @dataclass(frozen=True)
@@ -131,31 +113,32 @@ def zero_level(plan) -> tuple[int, bool]:
     return (1 if o else 0), False
 
 
-def recompute_per_stage(job: ExportJob) -> tuple[str, int | None] | str:
-    """Canonical activation recomputation: ('none'|'selective'|'full'|'block', layers per stage).
+def recompute_per_stage(job: ExportJob) -> Recompute:
+    """Canonical activation recomputation: Recompute(kind none|selective|full|block, layers per stage).
 
     block k with k = 0 is 'none' and with k = layers per stage is 'full'. A per-stage recompute
-    vector that is not uniform returns a refusal string (no launcher takes per-stage counts)."""
+    vector that is not uniform raises LauncherRefusedError (rule RT-stage-recompute refuses such
+    plans before any emitter reads them)."""
     plan = job.plan
     lps = job.layers_per_stage
     kind, k = plan.recompute, plan.recompute_layers
     if plan.stage_recompute:
         vals = set(int(v) for v in plan.stage_recompute)
         if len(vals) > 1:
-            return (f"stage_recompute {list(plan.stage_recompute)} recomputes a different number of "
-                    "layers on each stage; launchers take one count for all stages")
+            raise LauncherRefusedError("launchers", [f"stage_recompute {list(plan.stage_recompute)} recomputes a "
+                                                     "different number of layers on each stage"])
         kind, k = "block", vals.pop()
     if kind == "none":
-        return "none", 0
+        return Recompute("none", 0)
     if kind == "selective":
-        return "selective", None
+        return Recompute("selective", None)
     if kind == "full":
-        return "full", lps
+        return Recompute("full", lps)
     if k <= 0:
-        return "none", 0
+        return Recompute("none", 0)
     if lps is not None and k >= lps:
-        return "full", lps
-    return "block", k
+        return Recompute("full", lps)
+    return Recompute("block", k)
 
 
 def virtual_chunks(split, v: int) -> list[int]:
@@ -167,35 +150,12 @@ def virtual_chunks(split, v: int) -> list[int]:
     return [per[r][c] for c in range(v) for r in range(len(split))]
 
 
-def common_refusals(job: ExportJob) -> list[str]:
-    """Reasons that hold for every launcher."""
-    plan = job.plan
-    out = []
-    if plan.omit:
-        out.append(f"the plan omits obligations ({', '.join(plan.omit)}): it is a negative control, "
-                   "not a runnable plan")
-    zero, _ = zero_level(plan)
-    if plan.cp > 1 and zero >= 1 and not plan.zero_over_cp:
-        out.append(f"zero_axes='{plan.zero_axes}' keeps ZeRO state replicated over cp={plan.cp}; "
-                   "launchers shard ZeRO/FSDP state over the joint dp×cp group")
-    return out
-
-
 def common_notes(job: ExportJob) -> list[str]:
     """Notes that hold for every launcher."""
     if getattr(job.plan, "fetch_sync", False) and job.plan.zero == 3:
         return ["fetch_sync=True models DeepSpeed ZeRO-3 as released in 2021 (a device synchronize at "
                 "every parameter fetch); no current launcher runs that schedule, so the exported job should be "
                 "faster than this plan's estimate"]
-    return []
-
-
-def batch_refusals(job: ExportJob) -> list[str]:
-    """The launchers that take a global batch (DeepSpeed, torchtitan, accelerate) need it to be a
-    multiple of mbs·dp: gradient accumulation steps are an integer."""
-    plan, train = job.plan, job.train
-    if train is not None and job.micro_batches is None and plan.dp:
-        return [f"global batch {train.global_batch} is not divisible by mbs·dp = {plan.mbs * plan.dp}"]
     return []
 
 

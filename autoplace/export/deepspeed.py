@@ -8,8 +8,10 @@ Keys and checks follow deepspeedai/DeepSpeed `deepspeed/runtime/config.py` (batc
   mpu, so dp = W / pp; all three keys are written, with concrete values (never "auto", which only
   the Hugging Face integration fills in);
 * ``zero_optimization``: stage, overlap_comm (= the plan's dp_overlap), reduce-scatter, contiguous
-  gradients and bucket sizes sized from the hidden width exactly as the HF integration sizes its
-  "auto" values (reduce bucket h², stage-3 prefetch 0.9·h², persistence threshold 10·h);
+  gradients and the bucket sizes of the DP granularity the cost model reads: the plan's
+  dp_bucket_mb (MB of gradient / parameter bytes), else the runtime's (runtimes/deepspeed.toml
+  dp_bucket_elements = 5e8, DeepSpeed's reduce_bucket_size default); persistence threshold =
+  DeepSpeed's default 1e5;
 * offload: DeepSpeed's ``offload_optimizer`` keeps the optimizer state *and* the fp32 gradient
   partition on the host — the plan's offload=grads; offload=params adds ``offload_param``
   (ZeRO-3 only); a partial optimizer offload (φ < 1) is ``offload_optimizer.ratio`` (ZeRO-3 only);
@@ -17,80 +19,76 @@ Keys and checks follow deepspeedai/DeepSpeed `deepspeed/runtime/config.py` (batc
   checkpointed layers per stage); the model itself must call deepspeed.checkpointing / PipelineModule
   ``activation_checkpoint_interval``.
 
-What plain DeepSpeed cannot express is refused: tensor/sequence/context/expert parallelism (these
-come from model code — Megatron-DeepSpeed's mpu, AutoTP's 2-D dp×tp mesh, Ulysses, deepspeed.moe —
-not from this JSON), ZeRO ≥ 2 with pp > 1 (PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible
-with pipeline parallelism"), interleaved/GPipe pipelines, HSDP (MiCS was removed in 0.19).
+What DeepSpeed cannot express is refused by rules: the runtime's capability rules
+(runtimes/deepspeed.toml: TP/SP/CP/EP from model code, ZeRO ≥ 2 with PP, interleaved/GPipe, HSDP,
+optimizer-only offload, selective recompute, fp8) and this format's rules (no TP key in the JSON,
+offload ratio ZeRO-3 only, PipelineModule checkpoint interval).
 """
 
 from __future__ import annotations
 
 import json
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
-                                     header_lines, partial_job, recompute_per_stage, zero_level)
+from autoplace.export.common import ExportJob, as_job, header_lines, recompute_per_stage, zero_level
+from autoplace.export.launcher import Launcher, _a, recompute_kind, rule
 
 NAME = "deepspeed"
 FILES = ("ds_config.json", "deepspeed_launch.sh")
 
 
+def _rules() -> tuple:
+    """DeepSpeed JSON format rules (capabilities: runtimes/deepspeed.toml)."""
+    R = lambda rid, title, v, m: rule(NAME, rid, title, v, m)  # noqa: E731
+    return (
+        R("tp", "no tensor parallelism in the JSON",
+          lambda c, p: _a(p.tp) > 1,
+          lambda c, p: f"tp={p.tp}: DeepSpeed's JSON config has no tensor-parallel key (TP comes from model code: "
+                       "Megatron-DeepSpeed's mpu or AutoTP); export to megatron instead"),
+        R("ratio", "partial optimizer offload is ZeRO-3 only",
+          lambda c, p: (_a(p.off) >= 1) & (_a(p.offload_fraction) < 1) & (_a(p.zero) < 3),
+          lambda c, p: f"offload_fraction={p.offload_fraction:g} < 1: partial offload (offload_optimizer.ratio) "
+                       "is ZeRO-3 only"),
+        R("block-pp", "PipelineModule checkpoints every k-th layer",
+          lambda c, p: (recompute_kind(c, p)[0] == 3) & (_a(p.pp) > 1),
+          lambda c, p: f"block recompute of {p.recompute_layers} layers per stage with pp={p.pp}: PipelineModule's "
+                       "activation_checkpoint_interval checkpoints every k-th layer, not the first k"),
+    )
+
+
+class DeepSpeed(Launcher):
+    name = NAME
+    files = FILES
+    runtime = "deepspeed"
+
+    def format_rules(self):
+        return _rules()
+
+    def notes(self, job):
+        return notes(job)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = DeepSpeed()
+
+
 def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
+    return LAUNCHER.supports(plan, model, train, world, hw)
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    plan, train = job.plan, job.train
-    out = common_refusals(job)
-    zero, hold = zero_level(plan)
-    if plan.tp > 1:
-        out.append(f"tp={plan.tp}: DeepSpeed's JSON has no Megatron-style tensor parallelism (it comes from "
-                   "model code: Megatron-DeepSpeed's mpu, or AutoTP, whose dp×tp mesh cannot be combined "
-                   "with a PipelineModule); export to megatron instead")
-    if plan.sp:
-        out.append("sequence parallelism (sp=1) is a Megatron TP feature with no DeepSpeed JSON key")
-    if plan.cp > 1:
-        out.append(f"cp={plan.cp}: DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads), "
-                   "not ring context parallelism")
-    if plan.ep > 1:
-        out.append(f"ep={plan.ep}: DeepSpeed expert parallelism is set in model code "
-                   "(deepspeed.moe.layer.MoE(ep_size=…)), not in the JSON config")
-    if plan.pp > 1:
-        if zero >= 2:
-            out.append(f"ZeRO-{zero} with pp={plan.pp}: DeepSpeed's PipelineEngine rejects ZeRO stage ≥ 2 "
-                       "(\"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\")")
-        if plan.schedule != "1f1b":
-            out.append(f"schedule={plan.schedule}: DeepSpeed's PipelineEngine runs its own 1F1B-style "
-                       "TrainSchedule (no interleaving, no GPipe)")
-        if plan.layer_split and len(set(plan.layer_split)) > 1:
-            out.append(f"uneven layer_split {list(plan.layer_split)}: PipelineModule partitions layers "
-                       "evenly (partition_method)")
-    if hold:
-        out.append("zero=3 with reshard_after_forward=False: DeepSpeed ZeRO-3 releases parameters after "
-                   "each use (no keep-gathered-until-backward mode)")
-    if plan.dp_replicate > 1 and zero >= 1:
-        out.append(f"dp_replicate={plan.dp_replicate} (HSDP): DeepSpeed 0.19 removed MiCS; ZeRO++ hpZ "
-                   "only adds a secondary parameter copy and still shards states over all dp ranks")
-    if plan.off == 1:
-        out.append("offload=optimizer: DeepSpeed's offload_optimizer also keeps the fp32 gradient "
-                   "partition on the host, i.e. offload=grads")
-    if plan.off >= 1 and plan.offload_fraction < 1 and zero < 3:
-        out.append(f"offload_fraction={plan.offload_fraction:g} < 1: partial offload "
-                   "(offload_optimizer.ratio) is ZeRO-3 only")
-    if plan.off == 3 and zero != 3:
-        out.append("offload=params needs ZeRO-3 (offload_param)")
-    if train is not None and train.precision == "fp8":
-        out.append("precision=fp8: DeepSpeed's JSON has no FP8 switch (FP8 comes from Transformer "
-                   "Engine in model code)")
-    rc = recompute_per_stage(job)
-    if isinstance(rc, str):
-        out.append(rc)
-    elif rc[0] == "selective":
-        out.append("selective recompute: DeepSpeed checkpoints whole layers (activation checkpointing "
-                   "or PipelineModule activation_checkpoint_interval); use recompute=full or block")
-    elif rc[0] == "block" and plan.pp > 1:
-        out.append(f"block recompute of {rc[1]} layers per stage with pp={plan.pp}: PipelineModule's "
-                   "activation_checkpoint_interval checkpoints every k-th layer, not the first k")
-    return out + batch_refusals(job)
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
+
+
+def bucket_elements(job: ExportJob) -> tuple[float, float]:
+    """(reduce, gather) bucket sizes in elements: the plan's dp_bucket_mb over the gradient /
+    parameter bytes, else the runtime's dp_bucket_elements for both (runtimes/deepspeed.toml
+    [defaults] = 5e8, DeepSpeed's reduce_bucket_size / allgather_bucket_size default)."""
+    if job.plan.dp_bucket_mb > 0:
+        return job.plan.dp_bucket_mb * 1e6 / job.train.b_G, job.plan.dp_bucket_mb * 1e6 / job.train.b_P
+    n = float(LAUNCHER.runtime_for(job.train).defaults.dp_bucket_elements)
+    return n, n
 
 
 def notes(job) -> list[str]:
@@ -99,14 +97,16 @@ def notes(job) -> list[str]:
     if job.plan.pp > 1:
         out.append(f"the model must be a deepspeed.pipe.PipelineModule(num_stages={job.plan.pp}); "
                    "DeepSpeed then uses dp = W/pp for the batch identity")
-    kind, k = recompute_per_stage(job)
-    if kind in ("full", "block"):
+    if recompute_per_stage(job).kind in ("full", "block"):
         out.append("the model code must checkpoint the layers (activation_checkpointing only configures it)")
+    if job.plan.dp_bucket_mb <= 0:
+        out.append(f"dp_bucket_mb unset in the plan: ds_config uses the runtime's {bucket_elements(job)[0]:.3g}-element "
+                   "buckets (reduce_bucket_size, DeepSpeed's default)")
     return out
 
 
 def config(job: ExportJob) -> dict:
-    plan, m, t = job.plan, job.model, job.train
+    plan, t = job.plan, job.train
     zero, _ = zero_level(plan)
     mb = job.micro_batches
     cfg: dict = {
@@ -124,13 +124,10 @@ def config(job: ExportJob) -> dict:
                        "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
     cfg["optimizer"] = {"type": "AdamW",
                         "params": {"lr": 3.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1}}
-    h = m.hidden if job.shaped else 0
-    if plan.dp_bucket_mb > 0:        # the plan's DP collective granularity (MB of gradient / parameter bytes)
-        reduce_bucket = plan.dp_bucket_mb * 1e6 / t.b_G
-        gather_bucket = prefetch = plan.dp_bucket_mb * 1e6 / t.b_P
-    else:                            # what the HF integration fills in for "auto"
-        reduce_bucket = gather_bucket = h * h if h else 500_000_000
-        prefetch = 0.9 * h * h if h else 50_000_000
+    # the DP collective granularity the cost model reads (MB of gradient / parameter bytes): the
+    # plan's dp_bucket_mb, else the runtime's default (runtimes/deepspeed.toml)
+    reduce_bucket, gather_bucket = bucket_elements(job)
+    prefetch = gather_bucket
     z: dict = {"stage": zero,
                "overlap_comm": bool(plan.dp_overlap),
                "contiguous_gradients": True,
@@ -140,7 +137,7 @@ def config(job: ExportJob) -> dict:
                "allgather_bucket_size": int(round(gather_bucket))}
     if zero == 3:
         z.update({"stage3_prefetch_bucket_size": int(round(prefetch)),
-                  "stage3_param_persistence_threshold": 10 * h if h else 100_000,
+                  "stage3_param_persistence_threshold": 100_000,   # zero/config.py default (1e5)
                   "stage3_max_live_parameters": 1_000_000_000,
                   "stage3_max_reuse_distance": 1_000_000_000,
                   "sub_group_size": 1_000_000_000,
@@ -153,7 +150,8 @@ def config(job: ExportJob) -> dict:
     if plan.off == 3:
         z["offload_param"] = {"device": "cpu", "pin_memory": True}
     cfg["zero_optimization"] = z
-    kind, k = recompute_per_stage(job)
+    rc = recompute_per_stage(job)
+    kind, k = rc.kind, rc.layers
     if kind in ("full", "block"):
         cfg["activation_checkpointing"] = {"partition_activations": False,
                                            "cpu_checkpointing": False,
@@ -164,16 +162,11 @@ def config(job: ExportJob) -> dict:
     return cfg
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    if job.train is None:
-        raise LauncherRefusedError(NAME, ["the DeepSpeed config needs the training spec (batch sizes)"])
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     plan = job.plan
     cfg = config(job)
-    kind, k = recompute_per_stage(job)
+    rc = recompute_per_stage(job)
+    kind, k = rc.kind, rc.layers
     model_lines = []
     if plan.pp > 1:
         model_lines.append(f"#   model = deepspeed.pipe.PipelineModule(layers=..., num_stages={plan.pp}, "

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplace.errors import IllegalPlanError, InputError
-from autoplace.export.common import LAUNCHERS, ExportJob, as_job, common_notes
+from autoplace.export.common import ExportJob, as_job, common_notes
+from autoplace.export.registry import LAUNCHERS, get_launcher
 
 MANIFEST = "export_manifest.json"
 
@@ -32,9 +32,8 @@ class ExportResult:
 
 
 def module(name: str):
-    if name not in LAUNCHERS:
-        raise InputError(f"--launcher: unknown launcher '{name}'; choose from {', '.join(LAUNCHERS)} or all")
-    return importlib.import_module(f"autoplace.export.{name}")
+    """The Launcher called `name` (kept for callers of the old module-returning helper)."""
+    return get_launcher(name)
 
 
 def resolve_launchers(launchers) -> list[str]:
@@ -52,11 +51,25 @@ def resolve_launchers(launchers) -> list[str]:
             if part == "all":
                 names.extend(LAUNCHERS)
             else:
-                module(part)
+                get_launcher(part)
                 names.append(part)
     if not names:
         raise InputError(f"--launcher: give one of {', '.join(LAUNCHERS)} or all")
     return [n for i, n in enumerate(names) if n not in names[:i]]
+
+
+def check_out_dir(out_dir, option: str) -> Path:
+    """The output folder, or a one-line InputError when it cannot be one (an existing file,
+    /dev/null, a path under a file)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{option}: '{out}' exists and is not a directory; give a new or existing folder")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{option}: '{parent}' is not a directory; give a folder path")
+            break
+    return out
 
 
 def check_legal(job: ExportJob) -> None:
@@ -72,7 +85,7 @@ def check_legal(job: ExportJob) -> None:
 
 def emit_files(doc_or_job, launcher: str) -> dict[str, str]:
     """File name → text for one launcher (LauncherRefusedError if it cannot express the plan)."""
-    return module(launcher).emit(as_job(doc_or_job))
+    return get_launcher(launcher).emit(as_job(doc_or_job))
 
 
 def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
@@ -87,19 +100,17 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
     job = as_job(doc)
     names = resolve_launchers(launchers)
     check_legal(job)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out: '{out}' exists and is not a directory")
+    out = check_out_dir(out_dir, "--out")
     res = ExportResult(out_dir=str(out), plan=job.plan.short())
     pending: dict[str, dict[str, str]] = {}
     for name in names:
-        mod = module(name)
-        reasons = mod._reasons(job)
+        launcher = LAUNCHERS[name]
+        reasons = launcher.refusals(job)
         if reasons:
             res.refused[name] = reasons
             continue
-        pending[name] = mod.emit(job)
-        nts = mod.notes(job) + common_notes(job)
+        pending[name] = launcher.emit(job)
+        nts = launcher.notes(job) + common_notes(job)
         if nts:
             res.notes[name] = nts
     for name, files in pending.items():
@@ -109,14 +120,14 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
             p.chmod(0o755 if fname.endswith((".sh", ".sbatch")) else 0o644)
             paths.append(str(p))
         res.written[name] = paths
-        stale = set(module(name).FILES) - set(files)
+        stale = set(LAUNCHERS[name].files) - set(files)
         for fname in sorted(stale):
             p = out / fname
             if p.exists():
                 p.unlink()
                 res.removed.append(str(p))
     for name in res.refused:
-        for fname in module(name).FILES:
+        for fname in LAUNCHERS[name].files:
             p = out / fname
             if p.exists():
                 p.unlink()
@@ -137,9 +148,9 @@ def emit_for_search(doc, out_dir, launchers=("all",)) -> ExportResult:
     still writes its plan file; an unknown launcher name raises InputError (exit 1). The caller
     prints the result (e.g. with `autoplace.cli.export.render_result`)."""
     from autoplace.export.planfile import write_plan_file
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(out_dir, "--emit")
     names = resolve_launchers(launchers)
+    out.mkdir(parents=True, exist_ok=True)
     pf = write_plan_file(out / "plan.json", doc)
     res = export_all(doc, names, out)
     res.plan_file = str(pf)

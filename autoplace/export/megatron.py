@@ -25,64 +25,105 @@ shared/docs/launchers_and_libraries.md §1b:
 
 from __future__ import annotations
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
-                                     header_lines, join_flags, partial_job, recompute_per_stage,
-                                     virtual_chunks, zero_level)
+import numpy as np
+
+from autoplace.export.common import (
+    ExportJob,
+    as_job,
+    header_lines,
+    join_flags,
+    recompute_per_stage,
+    virtual_chunks,
+    zero_level,
+)
+from autoplace.export.launcher import Launcher, _a, recompute_kind, rule, train_is
 
 NAME = "megatron"
 FILES = ("megatron_args.txt", "megatron_env.sh", "megatron_launch.sh")
 
 
+def _rules() -> tuple:
+    """Megatron-LM's format rules (the capability rules come from runtimes/megatron-core.toml)."""
+    R = lambda rid, title, v, m: rule(NAME, rid, title, v, m)  # noqa: E731
+    return (
+        R("shape", "a model shape for the size flags",
+          lambda c, p: _a(not c.shaped),
+          lambda c, p: "a parameter-count-only model (--params) has no shape for --num-layers/--hidden-size"),
+        R("tp-overlap", "--tp-comm-overlap needs --sequence-parallel",
+          lambda c, p: _a(p.tp_overlap).astype(bool) & ~(_a(p.sp).astype(bool) & (_a(p.tp) > 1)),
+          lambda c, p: "tp_overlap needs sequence parallelism (--tp-comm-overlap asserts --sequence-parallel)"),
+        R("moe-sp", "expert parallelism with TP needs SP",
+          lambda c, p: (_a(p.ep) > 1) & (_a(p.tp) > 1) & ~_a(p.sp).astype(bool),
+          lambda c, p: f"ep={p.ep} with tp={p.tp} needs sequence parallelism in Megatron's MoE layers (sp=1)"),
+        R("moe-fp16", "expert parallelism is not supported with fp16",
+          lambda c, p: (_a(p.ep) > 1) & _a(train_is(c, lambda t: t.precision == "fp16")),
+          lambda c, p: "expert parallelism is not supported with fp16 in Megatron (arguments.py)"),
+        R("offload-fsdp", "optimizer CPU offload runs with the distributed optimizer",
+          lambda c, p: (_a(p.off) == 1) & (_a(p.zero) >= 2),
+          lambda c, p: f"offload=optimizer with zero={p.zero}: Megatron's optimizer CPU offload runs with the "
+                       "distributed optimizer (zero=1)"),
+        R("qkv-bias", "--add-qkv-bias only with --disable-bias-linear",
+          lambda c, p: _a(c.shaped and c.model.qkv_bias and (c.model.attn_bias or c.model.mlp_bias)),
+          lambda c, p: "Q/K/V-only biases together with other linear biases: Megatron's --add-qkv-bias applies "
+                       "only with --disable-bias-linear"),
+        R("bias", "one switch for all linear biases",
+          lambda c, p: _a(c.shaped and c.model.attn_bias != c.model.mlp_bias),
+          lambda c, p: "attention and MLP biases differ (attn_bias != mlp_bias): Megatron's --disable-bias-linear "
+                       "switches all linear biases together"),
+        R("activation", "an MLP activation Megatron-LM has a flag for",
+          lambda c, p: _a(c.shaped and _activation_flag(c.model) is None),
+          lambda c, p: f"{'gated ' if c.model.gated_mlp else ''}{_act(c.model)} MLP: Megatron-LM's flags are GeLU "
+                       "(default), --swiglu (gated SiLU) and --squared-relu; no flag for this activation"),
+        R("block-vpp", "block recompute per virtual chunk",
+          lambda c, p: _block_vpp_bad(c, p),
+          lambda c, p: f"block recompute of {p.recompute_layers} layers per stage with vpp={p.vpp}: Megatron's block "
+                       f"method recomputes the first N layers of each of the {p.vpp} virtual chunks; use a "
+                       f"multiple of {p.vpp}"),
+    )
+
+
+def _block_vpp_bad(c, p):
+    kind, k = recompute_kind(c, p)
+    v = _a(p.v)
+    return (kind == 3) & (v > 1) & (k % np.maximum(v, 1) != 0)
+
+
+def _act(m) -> str:
+    return m.activation or ("silu" if m.gated_mlp else "gelu")
+
+
+def _activation_flag(m):
+    """The Megatron-LM flag for the model's MLP activation ('' = the default GeLU; None = no flag)."""
+    act = _act(m)
+    if m.gated_mlp:
+        return "--swiglu" if act == "silu" else None
+    return {"gelu": "", "relu2": "--squared-relu"}.get(act)
+
+
+class Megatron(Launcher):
+    name = NAME
+    files = FILES
+    runtime = "megatron-core"
+
+    def format_rules(self):
+        return _rules()
+
+    def notes(self, job):
+        return notes(job)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = Megatron()
+
+
 def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
+    return LAUNCHER.supports(plan, model, train, world, hw)
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    plan, model, train = job.plan, job.model, job.train
-    out = common_refusals(job)
-    if not job.shaped:
-        out.append("a parameter-count-only model (--params) has no shape for --num-layers/--hidden-size")
-        return out
-    zero, hold = zero_level(plan)
-    if zero >= 2 and plan.pp > 1:
-        out.append(f"ZeRO-{zero} with pp={plan.pp}: Megatron's ZeRO-2/3 paths are FSDP "
-                   "(Megatron-FSDP is not validated with pipeline parallelism; --use-torch-fsdp2 "
-                   "asserts pp == 1); use zero=1 (distributed optimizer) with PP")
-    if hold:
-        out.append("zero=3 with reshard_after_forward=False: Megatron-FSDP always reshards parameters "
-                   "after forward (no SHARD_GRAD_OP-style hold)")
-    if plan.pp > 1 and plan.schedule == "gpipe":
-        out.append("schedule=gpipe: Megatron runs 1F1B or interleaved 1F1B only")
-    if plan.tp_overlap and not (plan.sp and plan.tp > 1):
-        out.append("tp_overlap needs sequence parallelism (--tp-comm-overlap asserts --sequence-parallel)")
-    if plan.ep > 1 and plan.tp > 1 and not plan.sp:
-        out.append(f"ep={plan.ep} with tp={plan.tp} needs sequence parallelism in Megatron's MoE layers (sp=1)")
-    if plan.ep > 1 and train is not None and train.precision == "fp16":
-        out.append("expert parallelism is not supported with fp16 in Megatron (arguments.py)")
-    if plan.off >= 2:
-        out.append(f"offload={plan.offload}: Megatron offloads only optimizer state "
-                   "(--optimizer-cpu-offload); gradients and parameters stay on the GPU")
-    elif plan.off == 1 and zero != 1:
-        out.append(f"offload=optimizer with zero={zero}: Megatron's optimizer CPU offload runs with the "
-                   "distributed optimizer (zero=1)")
-    if model.qkv_bias and (model.attn_bias or model.mlp_bias):
-        out.append("Q/K/V-only biases together with other linear biases: Megatron's --add-qkv-bias applies "
-                   "only with --disable-bias-linear")
-    if model.attn_bias != model.mlp_bias:
-        out.append("attention and MLP biases differ (attn_bias != mlp_bias): Megatron's --disable-bias-linear "
-                   "switches all linear biases together")
-    rc = recompute_per_stage(job)
-    if isinstance(rc, str):
-        out.append(rc)
-    elif rc[0] == "block" and plan.v > 1 and rc[1] % plan.v:
-        out.append(f"block recompute of {rc[1]} layers per stage with vpp={plan.v}: Megatron's block method "
-                   f"recomputes the first N layers of each of the {plan.v} virtual chunks; "
-                   f"use a multiple of {plan.v}")
-    if plan.layer_split and plan.pp > 1:
-        split = list(plan.layer_split)
-        if len(split) != plan.pp or sum(split) != model.layers:
-            out.append(f"layer_split {split} must have pp={plan.pp} entries summing to {model.layers}")
-    return out
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
 
 
 def notes(job) -> list[str]:
@@ -97,6 +138,7 @@ def notes(job) -> list[str]:
 def flags(job: ExportJob) -> list[tuple[str, object]]:
     """The plan as an ordered list of (flag, value) pairs; value None for a bare switch."""
     plan, m, t = job.plan, job.model, job.train
+    rt = LAUNCHER.runtime_for(t)
     zero, _ = zero_level(plan)
     f: list[tuple[str, object]] = []
     # ---- degrees --------------------------------------------------------------------------------
@@ -130,6 +172,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--expert-tensor-parallel-size", plan.t_exp))
         if plan.ep > 1:
             f.append(("--moe-token-dispatcher-type", "alltoall"))
+        if rt.kernels.moe_grouped_gemm:       # the runtime's expert GEMMs (the cost model reads the same)
+            f.append(("--moe-grouped-gemm", None))
     # ---- data parallel / ZeRO -------------------------------------------------------------------
     if zero == 1:
         f.append(("--use-distributed-optimizer", None))
@@ -151,7 +195,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None),
               ("--optimizer-offload-fraction", _num(plan.offload_fraction))]
     # ---- recomputation --------------------------------------------------------------------------
-    kind, k = recompute_per_stage(job)
+    rc = recompute_per_stage(job)
+    kind, k = rc.kind, rc.layers
     if kind == "selective":
         f.append(("--recompute-granularity", "selective"))
     elif kind == "full":
@@ -188,9 +233,12 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
     f.append(("--max-position-embeddings", max(m.max_seq_len, seq)))
     f.append(("--position-embedding-type", {"rope": "rope", "learned": "learned_absolute",
                                              "none": "none"}[m.position]))
+    if m.position == "rope":
+        f.append(("--rotary-base", int(m.rope_theta)))
     f.append(("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
-    if m.gated_mlp:
-        f.append(("--swiglu", None))
+    act = _activation_flag(m)
+    if act:
+        f.append((act, None))
     if not m.attn_bias and not m.mlp_bias:
         f.append(("--disable-bias-linear", None))
         if m.qkv_bias:
@@ -239,11 +287,7 @@ def env(job: ExportJob) -> dict[str, str | None]:
     return {}
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     plan = job.plan
     zero, _ = zero_level(plan)
     args_text = join_flags(flags(job))

@@ -11,9 +11,8 @@ ORDER = ("megatron", "torchtitan", "deepspeed", "accelerate", "generic")
 
 def available(job: ExportJob) -> list[str]:
     """Payloads whose launcher supports the plan, in preference order (generic always)."""
-    from autoplace.export import accelerate, deepspeed, megatron, torchtitan
-    mods = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "accelerate": accelerate}
-    out = [n for n in ORDER[:-1] if not mods[n]._reasons(job)]
+    from autoplace.export.registry import LAUNCHERS
+    out = [n for n in ORDER[:-1] if not LAUNCHERS[n].refusals(job)]
     return out + ["generic"]
 
 

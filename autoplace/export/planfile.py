@@ -69,12 +69,24 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
             "scaleup_domain": int(getattr(hw, "scaleup_domain", 0) or 0) or None,
             "nodes": -(-world // gpn) if gpn else None,
         },
-        "training": asdict(train),
+        "training": _training_dict(train),
         "plan": plan.to_dict(),
         "predicted": to_jsonable(predicted) if predicted is not None else None,
         "derived": derived,
     }
     return doc
+
+
+def _training_dict(train) -> dict:
+    """asdict(train) with the runtime as its name (or TOML path), not the whole RuntimeSpec."""
+    d = asdict(train)
+    rt = getattr(train, "runtime", None)
+    if rt is not None:
+        from autoplace.runtimes import RUNTIME_DIR, load_runtime
+        rt = load_runtime(rt)
+        src = Path(rt.source)
+        d["runtime"] = rt.name if src.parent == RUNTIME_DIR or rt.source == "builtin" else str(src)
+    return d
 
 
 def write_plan_file(path, doc: dict) -> Path:
@@ -99,7 +111,7 @@ def read_plan_file(path):
             p = cand
         else:
             raise InputError(f"--plan-file: '{p}' is a directory without a plan.json")
-    doc = read_json(p, "--plan-file", "write it with `autoplace search --out` or fix the JSON")
+    doc = read_json(p, "--plan-file", "write one with `autoplace search ... --emit DIR` or fix the JSON")
     return specs_from_document(doc, where=f"--plan-file {p}")
 
 
@@ -162,7 +174,17 @@ def _model(d, where):
 
 def _training(d, where):
     from autoplace.specs.training import TrainingSpec
-    return _build(TrainingSpec, dict(d), "training", where)
+    d = dict(d)
+    rt = d.get("runtime")
+    if rt is not None:
+        if not isinstance(rt, str):
+            raise InputError(f"{where}: training.runtime must be a runtime name or .toml path, got {type(rt).__name__}")
+        from autoplace.runtimes import load_runtime
+        try:
+            d["runtime"] = load_runtime(rt)
+        except InputError as e:
+            raise InputError(f"{where}: training.runtime: {e}") from None
+    return _build(TrainingSpec, d, "training", where)
 
 
 def _cluster(d, where):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 
 from autoplace.export import payloads
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
-                                     header_lines, partial_job)
-from autoplace.export.torchrun import grid_reasons
+from autoplace.export.common import ExportJob, header_lines
+from autoplace.export.launcher import Launcher
+from autoplace.export.torchrun import node_rules
 
 NAME = "slurm"
 FILES = ("slurm.sbatch",)
@@ -25,23 +25,36 @@ PORT = 29500
 CPUS_PER_GPU = 8
 
 
+class Slurm(Launcher):
+    """A process launcher: one torchrun (or accelerate launch) per node under srun."""
+    name = NAME
+    files = FILES
+    runtime = ""
+    needs_train = False
+
+    def format_rules(self):
+        return node_rules(NAME)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = Slurm()
+
+
 def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
+    return LAUNCHER.supports(plan, model, train, world, hw)
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    return common_refusals(job) + grid_reasons(job)
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
 
 
 def notes(job) -> list[str]:
     return []
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     names = payloads.available(job)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job.model.name).strip("-").lower() or "job"
     g = job.nproc_per_node

@@ -11,31 +11,50 @@ explicitly because torchrun sets it to 1 for nproc > 1 when unset.
 from __future__ import annotations
 
 from autoplace.export import payloads
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, common_refusals,
-                                     header_lines, partial_job)
+from autoplace.export.common import DEFAULT_GPUS_PER_NODE, ExportJob, header_lines
+from autoplace.export.launcher import Launcher, _a, rule
 
 NAME = "torchrun"
 FILES = ("torchrun.sh",)
 C10D_PORT = 29400
 
 
+def _gpn(c) -> int:
+    return int(getattr(c.hw, "gpus_per_node", 0) or DEFAULT_GPUS_PER_NODE)
+
+
+def node_rules(name: str) -> tuple:
+    """torchrun / SLURM start the same number of processes on every node."""
+    return (rule(name, "nodes", "whole nodes",
+                 lambda c, p: _a((c.world < 1) or (c.world > _gpn(c) and c.world % _gpn(c) != 0)),
+                 lambda c, p: ("the plan has no GPU count (degrees do not multiply to a world size)" if c.world < 1
+                               else f"{c.world} GPUs is not a whole number of {_gpn(c)}-GPU nodes "
+                                    "(torchrun starts the same number of processes on every node)")),)
+
+
+class Torchrun(Launcher):
+    """A process launcher: starts whichever training program can run the plan (PAYLOAD=...)."""
+    name = NAME
+    files = FILES
+    runtime = ""
+    needs_train = False
+
+    def format_rules(self):
+        return node_rules(NAME)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = Torchrun()
+
+
 def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
+    return LAUNCHER.supports(plan, model, train, world, hw)
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    out = common_refusals(job)
-    out += grid_reasons(job)
-    return out
-
-
-def grid_reasons(job: ExportJob) -> list[str]:
-    if job.world < 1:
-        return ["the plan has no GPU count (degrees do not multiply to a world size)"]
-    if job.world > job.gpus_per_node and job.world % job.gpus_per_node:
-        return [f"{job.world} GPUs is not a whole number of {job.gpus_per_node}-GPU nodes "
-                "(torchrun starts the same number of processes on every node)"]
-    return []
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
 
 
 def notes(job) -> list[str]:
@@ -51,11 +70,7 @@ def command(job: ExportJob) -> list[str]:
             "--rdzv-id", '"${RDZV_ID:-autoplace}"']
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     names = [n for n in payloads.available(job) if n != "accelerate"]
     mode = "single node" if job.nodes == 1 else f"{job.nodes} nodes, c10d rendezvous (run on every node)"
     lines = ["#!/usr/bin/env bash"] + header_lines(job, f"torchrun launch — {mode}") + [

@@ -29,13 +29,15 @@ pipeline stage split, seq_len divisor) are pre-checked here:
 
 from __future__ import annotations
 
-from autoplace.export.common import (ExportJob, LauncherRefusedError, as_job, batch_refusals, common_refusals,
-                                     header_lines, partial_job, recompute_per_stage, virtual_chunks,
-                                     zero_level)
+import numpy as np
+
+from autoplace.export.common import ExportJob, as_job, header_lines, recompute_per_stage, virtual_chunks, zero_level
+from autoplace.export.launcher import Launcher, _a, lps, recompute_kind, rule, train_is
 
 NAME = "torchtitan"
 FILES = ("torchtitan_job.toml", "torchtitan_overrides.txt", "torchtitan_launch.sh",
-         "autoplace_torchtitan_flavor.py")
+         "autoplace_torchtitan_flavor.py", "autoplace_torchtitan_job.py")
+JOB_MODULE = "autoplace_torchtitan_job"      # torchtitan ≥ 0.3: --module autoplace_torchtitan_job --config autoplace_job
 VERSION = "0.2.2"
 FLAVOR_MODULE = "autoplace_torchtitan_flavor"
 _SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -51,10 +53,6 @@ _LLAMA3_FLAVORS = {
 }
 
 
-def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
-    return _reasons(partial_job(plan, model, train, world, hw))
-
-
 def interleaved_group(m: int, pp: int) -> tuple[int, bool]:
     """(G, ok): torch's ScheduleInterleaved1F1B micro-batches per round for m micro-batches."""
     rounds = max(1, m // pp)
@@ -67,77 +65,92 @@ def _tt_shard_degree(plan) -> int:
     return plan.dp_shard if zero == 3 else 1
 
 
-def _reasons(job: ExportJob) -> list[str]:
-    plan, model, train = job.plan, job.model, job.train
-    out = common_refusals(job)
-    if not job.shaped:
-        out.append("a parameter-count-only model (--params) has no shape to build a torchtitan model")
-        return out
-    zero, hold = zero_level(plan)
-    fsdp = plan.dp_shard > 1 or plan.cp > 1
-    if zero in (1, 2):
-        out.append(f"zero={zero}: torchtitan has no ZeRO-1/2; dense state is replicated (DDP) or fully "
-                   "sharded with FSDP2 (use zero=3)")
-    if zero == 0 and (plan.tp > 1 or plan.pp > 1 or plan.cp > 1):
-        out.append("zero=0 with tp/pp/cp > 1: torchtitan applies DDP only to pure data parallelism "
-                   "(\"DDP has not supported > 1D parallelism\") and always shards over cp; use zero=3")
-    if zero == 3 and plan.dp_replicate > 1 and plan.dp_shard == 1 and plan.cp == 1:
-        out.append(f"zero=3 with dp_replicate={plan.dp_replicate} and dp_shard=1 shards nothing: "
-                   "torchtitan would run DDP; set dp_replicate=1")
-    if plan.tp > 1 and not plan.sp:
-        out.append("tp > 1 without sp: torchtitan 0.2.x always applies sequence parallelism with TP (set sp=1)")
-    if plan.ep > 1:
-        if plan.t_exp not in (1, plan.tp):
-            out.append(f"etp={plan.t_exp}: torchtitan supports only etp = 1 or etp = tp")
-        shard = _tt_shard_degree(plan)
-        if (shard * plan.cp * plan.tp) % (plan.t_exp * plan.ep):
-            out.append(f"ep={plan.ep}, etp={plan.t_exp}: torchtitan carves EP out of dp_shard·cp·tp = "
-                       f"{shard}·{plan.cp}·{plan.tp}, which etp·ep does not divide"
-                       + (" (zero<3 runs as DDP: dp_shard = 1; use zero=3)" if zero < 3 else ""))
-    if plan.off in (1, 2):
-        out.append(f"offload={plan.offload}: torchtitan's enable_cpu_offload moves parameters, gradients "
-                   "and optimizer state together (offload=params)")
-    if plan.off == 3 and not (zero == 3 and fsdp):
-        out.append("offload=params needs FSDP (zero=3 with dp_shard > 1 or cp > 1) in torchtitan")
-    if plan.off >= 1 and plan.offload_fraction < 1:
-        out.append(f"offload_fraction={plan.offload_fraction:g}: torchtitan offloads all or nothing")
-    if train is not None:
-        if train.precision == "fp16":
-            out.append("precision=fp16: torchtitan 0.2.x mixed precision is bfloat16 or float32 only")
-        if train.grad_reduce_bytes == 2 and fsdp:
-            out.append("grad_reduce_bytes=2: torchtitan 0.2.2 reduces FSDP gradients in float32 only "
-                       "(training.mixed_precision_reduce)")
-        div = plan.tp * 2 * plan.cp
-        if plan.cp > 1 and train.seq_len % div:
-            out.append(f"seq_len={train.seq_len} is not divisible by tp·2·cp = {div} (torchtitan's seq_len divisor)")
-    if plan.pp > 1:
-        if not plan.layer_split and model.layers % (plan.pp * plan.v):
-            out.append(f"layers={model.layers} not divisible by pp·vpp = {plan.pp * plan.v}")
-        m = job.micro_batches
-        if plan.v > 1 and m is not None:
-            g, ok = interleaved_group(m, plan.pp)
-            if not ok:
-                out.append(f"m={m} micro-batches is not a multiple of torch Interleaved1F1B's "
-                           f"{max(1, m // plan.pp)} rounds")
-            elif g != plan.G:
-                out.append(f"vpp_group G={plan.G}: torch's Interleaved1F1B runs rounds of G = {g} "
-                           f"micro-batches for m={m}, pp={plan.pp} (set vpp_group={g})")
-    rc = recompute_per_stage(job)
-    if isinstance(rc, str):
-        out.append(rc)
-    elif rc[0] == "block":
-        lps = job.layers_per_stage
-        if lps is None or lps % rc[1]:
-            out.append(f"block recompute of {rc[1]} layers per stage: torchtitan's layer-SAC checkpoints "
-                       f"every N-th layer, so the count must divide the {lps} layers per stage")
-    return out + batch_refusals(job)
+def _shard(p):
+    """torchtitan's data_parallel_shard_degree (vectorized): the FSDP group under zero=3, else 1."""
+    return np.where(_a(p.zero) == 3, _a(p.dp_shard), 1)
+
+
+def _fsdp(p):
+    return (_a(p.dp_shard) > 1) | (_a(p.cp) > 1)
+
+
+def _rules() -> tuple:
+    """torchtitan's format rules (capabilities: runtimes/torchtitan*.toml, incl. the Interleaved1F1B rounds)."""
+    R = lambda rid, title, v, m: rule(NAME, rid, title, v, m)  # noqa: E731
+    return (
+        R("shape", "a model shape to build",
+          lambda c, p: _a(not c.shaped),
+          lambda c, p: "a parameter-count-only model (--params) has no shape to build a torchtitan model"),
+        R("shard-nothing", "FSDP needs a shard dimension",
+          lambda c, p: (_a(p.zero) == 3) & (_a(p.dp_replicate) > 1) & (_a(p.dp_shard) == 1) & (_a(p.cp) == 1),
+          lambda c, p: f"zero=3 with dp_replicate={p.dp_replicate} and dp_shard=1 shards nothing: torchtitan "
+                       "would run DDP; set dp_replicate=1"),
+        R("ep-carve", "EP is carved out of dp_shard·cp·tp",
+          lambda c, p: (_a(p.ep) > 1) & ((_shard(p) * _a(p.cp) * _a(p.tp)) % (_a(p.t_exp) * _a(p.ep)) != 0),
+          lambda c, p: f"ep={p.ep}, etp={p.t_exp}: torchtitan carves EP out of dp_shard·cp·tp = "
+                       f"{int(_shard(p))}·{p.cp}·{p.tp}, which etp·ep does not divide"
+                       + (" (zero<3 runs as DDP: dp_shard = 1; use zero=3)" if p.zero < 3 else "")),
+        R("offload-fsdp", "CPU offload needs FSDP",
+          lambda c, p: (_a(p.off) == 3) & ~((_a(p.zero) == 3) & _fsdp(p)),
+          lambda c, p: "offload=params needs FSDP (zero=3 with dp_shard > 1 or cp > 1) in torchtitan"),
+        R("reduce-fp32", "FSDP reduces gradients in float32",
+          lambda c, p: _a(train_is(c, lambda t: t.grad_reduce_bytes == 2)) & _fsdp(p),
+          lambda c, p: "grad_reduce_bytes=2: torchtitan reduces FSDP gradients in float32 only "
+                       "(training.mixed_precision_reduce)"),
+        R("seq-divisor", "seq_len divisible by tp·2·cp",
+          lambda c, p: (_a(p.cp) > 1) & _a(c.train is not None)
+          & ((c.train.seq_len if c.train is not None else 0) % (_a(p.tp) * 2 * _a(p.cp)) != 0),
+          lambda c, p: f"seq_len={c.train.seq_len} is not divisible by tp·2·cp = {p.tp * 2 * p.cp} "
+                       "(torchtitan's seq_len divisor)"),
+        R("stages", "layers divisible by pp·vpp",
+          lambda c, p: _a(c.shaped and not getattr(p, "layer_split", ())) & (_a(p.pp) > 1)
+          & ((c.model.layers if c.shaped else 0) % (_a(p.pp) * _a(p.v)) != 0),
+          lambda c, p: f"layers={c.model.layers} not divisible by pp·vpp = {p.pp * p.v}"),
+        R("block-period", "layer SAC checkpoints every N-th layer",
+          lambda c, p: _block_bad(c, p),
+          lambda c, p: f"block recompute of {p.recompute_layers} layers per stage: torchtitan's layer-SAC checkpoints "
+                       "every N-th layer, so the count must divide the layers per stage"
+                       + ("" if not p.layer_split else " (uneven stages have no single count)")),
+    )
+
+
+def _block_bad(c, p):
+    kind, k = recompute_kind(c, p)
+    n = lps(c, p)
+    return (kind == 3) & ((n >= (1 << 30)) | (n % np.maximum(k, 1) != 0))
+
+
+class Torchtitan(Launcher):
+    name = NAME
+    files = FILES
+    runtime = "torchtitan"
+
+    def format_rules(self):
+        return _rules()
+
+    def notes(self, job):
+        return notes(job)
+
+    def write(self, job):
+        return _write(job)
+
+
+LAUNCHER = Torchtitan()
+
+
+def supports(plan, model, train=None, world=None, hw=None) -> list[str]:
+    return LAUNCHER.supports(plan, model, train, world, hw)
+
+
+def emit(doc_or_job) -> dict[str, str]:
+    return LAUNCHER.emit(doc_or_job)
 
 
 def notes(job) -> list[str]:
     job = as_job(job)
     out = []
     rc = recompute_per_stage(job)
-    if not isinstance(rc, str) and rc[0] == "selective":
+    if rc.kind == "selective":
         out.append("recompute=selective maps to torchtitan's per-op SAC (selective_ac_option='op'), which "
                    "also saves matmul outputs and recomputes the cheap element-wise ops")
     if job.shaped and _family(job.model) != "llama3":
@@ -232,7 +245,8 @@ def job_config(job: ExportJob) -> dict:
             par["pipeline_parallel_layers_per_stage"] = m.layers // (plan.pp * plan.v)
             par["pipeline_parallel_first_stage_less_layers"] = 0
             par["pipeline_parallel_last_stage_less_layers"] = 0
-    kind, k = recompute_per_stage(job)
+    rc = recompute_per_stage(job)
+    kind, k = rc.kind, rc.layers
     ac = {"mode": {"none": "none", "selective": "selective", "full": "full", "block": "selective"}[kind]}
     if kind == "selective":
         ac["selective_ac_option"] = "op"
@@ -242,7 +256,7 @@ def job_config(job: ExportJob) -> dict:
            "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
     if family == "llama3" and flavor is None:
         cfg["experimental"] = {"custom_import": FLAVOR_MODULE}
-    if plan.tp_overlap and plan.tp > 1:
+    if (plan.tp_overlap and plan.tp > 1) or LAUNCHER.runtime_for(t).kernels.elementwise == "compiled":
         cfg["compile"] = {"enable": True}          # components default: model, loss
     if t.precision == "fp8":
         fp8 = {"recipe_name": "tensorwise"}
@@ -293,13 +307,7 @@ def _quote(s: str) -> str:
     return shlex.quote(s)
 
 
-def emit(doc_or_job) -> dict[str, str]:
-    job = as_job(doc_or_job)
-    if job.train is None:
-        raise LauncherRefusedError(NAME, ["the torchtitan job file needs the training spec"])
-    reasons = _reasons(job)
-    if reasons:
-        raise LauncherRefusedError(NAME, reasons)
+def _write(job: ExportJob) -> dict[str, str]:
     import tomli_w
     cfg = job_config(job)
     head = header_lines(job, f"torchtitan {VERSION} TOML job file")
@@ -318,6 +326,9 @@ def emit(doc_or_job) -> dict[str, str]:
             files[f"{FLAVOR_MODULE}.py"] = _flavor_module(job, None)
         else:
             files[f"{FLAVOR_MODULE}.py"] = _flavor_module(job, args)
+    v03 = job_module_v03(job, cfg)
+    if v03 is not None:
+        files[f"{JOB_MODULE}.py"] = v03
     launch = ["#!/usr/bin/env bash"] + header_lines(job, "torchtitan launch") + [
         "# Same form as torchtitan's run_train.sh: one torchrun per node, c10d rendezvous.",
         "# Validate the config without GPUs first: COMM_MODE=fake_backend NGPU=... ./run_train.sh (torchtitan)",
@@ -336,6 +347,54 @@ def emit(doc_or_job) -> dict[str, str]:
     launch.append('    -m torchtitan.train --job.config_file "$HERE/torchtitan_job.toml" "$@"')
     files["torchtitan_launch.sh"] = "\n".join(launch) + "\n"
     return files
+
+
+def job_module_v03(job: ExportJob, cfg: dict) -> str | None:
+    """torchtitan 0.3 (PR #2386: configs are Python functions returning Trainer.Config): a module whose
+    `autoplace_job()` starts from torchtitan's own llama3 recipe for the flavor and sets the plan's
+    training, parallelism, activation-checkpoint and compile sections. Written for the built-in llama3
+    flavors and none/selective(per-op)/full recompute; 0.3 has no layer-SAC period for block recompute
+    and registers custom shapes in code (None: use the 0.2.x TOML)."""
+    m = job.model
+    flavor = _flavor(m) if _family(m) == "llama3" else None
+    rc = recompute_per_stage(job)
+    if flavor is None or rc.kind == "block" or cfg["model"].get("converters"):
+        return None
+    tr, par = cfg["training"], dict(cfg["parallelism"])
+    par.pop("enable_async_tensor_parallel", None)
+    ep_tp = par.pop("expert_tensor_parallel_degree", 1)
+    if ep_tp not in (1,):                      # 0.3 dropped ETP: experts follow the dense TP (= etp)
+        if ep_tp != job.plan.tp:
+            return None
+    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[rc.kind]
+    comp = cfg.get("compile", {}).get("enable", False)
+    base = "llama3_8b"       # the plain bf16 recipe (the 405B recipe adds torchao float8 converters)
+    train_kw = {k: tr[k] for k in ("local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
+                                   "enable_cpu_offload", "mixed_precision_param", "mixed_precision_reduce")}
+    # the runtime's kernels (runtimes/torchtitan*.toml cuda_graphs = false; 0.3 rejects CUDA graphs with PP)
+    train_kw["disable_cuda_graphs"] = not LAUNCHER.runtime_for(job.train).kernels.cuda_graphs or job.plan.pp > 1
+    fmt = lambda d: ",\n        ".join(f"{k}={v!r}" for k, v in d.items())  # noqa: E731
+    lines = ['"""torchtitan 0.3 job config — generated by autoplace (autoplace export).', "",
+             *[x.lstrip("# ") for x in header_lines(job, "plan")],
+             "",
+             "Run: torchrun ... -m torchtitan.train --module autoplace_torchtitan_job --config autoplace_job",
+             "(this folder on PYTHONPATH). Starts from torchtitan's own recipe "
+             f"torchtitan.models.llama3.config_registry.{base} and sets the plan's sections.",
+             '"""', "",
+             "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
+             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
+             "from torchtitan.models.llama3 import model_registry",
+             f"from torchtitan.models.llama3.config_registry import {base} as _recipe", "", "",
+             "def autoplace_job():",
+             "    config = _recipe()",
+             f"    config.model_spec = model_registry({flavor!r})",
+             f"    config.training = TrainingConfig(\n        {fmt(train_kw)},\n    )",
+             f"    config.parallelism = ParallelismConfig(\n        {fmt(par)},\n    )",
+             f"    config.activation_checkpoint = {ac}",
+             f"    config.compile = CompileConfig(enable={bool(comp)!r}, "
+             f"enable_async_tensor_parallel={bool(job.plan.tp_overlap and job.plan.tp > 1)!r})",
+             "    return config", ""]
+    return "\n".join(lines)
 
 
 def _flavor_module(job: ExportJob, args: dict | None) -> str:

@@ -23,6 +23,7 @@ class Ctx:
     model: object      # ModelSpec
     train: object      # TrainingSpec
     world: int         # W
+    hw: object = None  # HardwareSpec, when a rule needs it (launcher node size, FP8 architecture)
 
     @property
     def shaped(self) -> bool:
@@ -286,10 +287,11 @@ def _d5_message(c, p) -> str:
     return f"seq_len={s} % tp={p.tp} ≠ 0 (sequence parallelism splits the sequence over tp)"
 
 
-def check(ctx: Ctx, plan) -> list[Violation]:
-    """Every violated legality rule of one plan, with its one-line reason."""
+def check(ctx: Ctx, plan, extra_rules=()) -> list[Violation]:
+    """Every violated legality rule of one plan, with its one-line reason. `extra_rules` (e.g. a
+    runtime's or launcher's capability rules, `autoplace.runtimes.check`) are checked after RULES."""
     out = []
-    for r in RULES:
+    for r in (*RULES, *extra_rules):
         if r.illegal and bool(r.violated(ctx, plan)):
             out.append(Violation(r.id, r.message(ctx, plan)))
     return out
@@ -301,11 +303,12 @@ def notes(ctx: Ctx, plan) -> list[Violation]:
             if not r.illegal and bool(r.violated(ctx, plan))]
 
 
-def legal_mask(ctx: Ctx, batch, counts: dict | None = None):
-    """Vectorized: boolean mask of legal plans; `counts[rule]` = plans that rule removed first."""
+def legal_mask(ctx: Ctx, batch, counts: dict | None = None, extra_rules=()):
+    """Vectorized: boolean mask of legal plans; `counts[rule]` = plans that rule removed first.
+    `extra_rules` are applied after RULES (same semantics, counted under their own ids)."""
     n = np.shape(batch.tp)[0]
     ok = np.ones(n, dtype=bool)
-    for r in RULES:
+    for r in (*RULES, *extra_rules):
         if not r.illegal:
             continue
         v = np.broadcast_to(np.asarray(r.violated(ctx, batch), dtype=bool), (n,))

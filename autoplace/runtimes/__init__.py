@@ -42,6 +42,10 @@ def _coerce(src: str, section: str, f, val):
         if not isinstance(val, bool):
             raise InputError(f"{where} must be true or false, got {val!r}")
         return val
+    if isinstance(default, tuple) and isinstance(val, dict):     # a table → ((key, text), ...)
+        if not all(isinstance(v, str) for v in val.values()):
+            raise InputError(f"{where} must be a table of strings, got {val!r}")
+        return tuple((str(k), v) for k, v in val.items())
     if isinstance(default, tuple):
         if not isinstance(val, list):
             raise InputError(f"{where} must be a list, got {val!r}")

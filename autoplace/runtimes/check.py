@@ -39,6 +39,7 @@ def validate_runtime(rt) -> None:
                                 ("[kernels] loss", k.loss, ("fused", "compiled", "eager")),
                                 ("[supports] sp", s.sp, SP_MODES), ("[supports] etp", s.etp, ETP_MODES),
                                 ("[supports] vpp_group", s.vpp_group, GROUP_MODES),
+                                ("[supports] stage_recompute", s.stage_recompute, ("uniform", "any")),
                                 ("[defaults] regime", d.regime, tuple(REGIMES)),
                                 ("[memory] selective", mem.selective, SELECTIVE),
                                 ("[defaults] recompute", d.recompute, ("",) + RECOMPUTE),
@@ -56,12 +57,21 @@ def validate_runtime(rt) -> None:
         for v in vals:
             if v not in allowed:
                 bad(where, v, allowed)
+    known = set(WHY_KEYS)
+    for k, _ in s.why:
+        if k not in known:
+            raise InputError(f"runtime {rt.name}: [supports] why has unknown key '{k}'; valid: {', '.join(WHY_KEYS)}")
     if d.zero not in s.zero:
         raise InputError(f"runtime {rt.name}: [defaults] zero = {d.zero} is not in [supports] zero {list(s.zero)}")
     for name in pr.fp8_recipes:
         if RECIPES[name].gemm_dtype not in pr.dtypes:
             raise InputError(f"runtime {rt.name}: [precision] recipe '{name}' runs {RECIPES[name].gemm_dtype} "
                              "GEMMs, which dtypes does not list")
+
+
+WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "cp", "ep", "etp",
+            "schedule", "vpp-group", "uneven", "offload", "offload-partial", "offload-zero", "recompute", "order",
+            "stage-recompute", "precision", "fetch-sync")
 
 
 def _a(x):
@@ -89,7 +99,12 @@ def capability_rules(rt) -> tuple:
     who = rt.name
     out = []
 
+    why = dict(s.why)
+
     def add(rid, title, pred, msg):
+        if rid in why:
+            base, extra = msg, why[rid]
+            msg = lambda c, p, base=base, extra=extra: f"{base(c, p)} ({extra})"  # noqa: E731
         out.append(Rule(f"RT-{rid}", "runtime", f"{who}: {title}", pred, msg))
 
     if set(s.zero) != {0, 1, 2, 3}:
@@ -142,6 +157,12 @@ def capability_rules(rt) -> tuple:
     if s.vpp_group == "pp":
         add("vpp-group", "interleaved group size", lambda c, p: (_a(p.sched) == 1) & (_a(p.G) != _a(p.pp)),
             lambda c, p: f"vpp_group={p.G}: {who} runs interleaved groups of G = pp = {p.pp}")
+    elif s.vpp_group == "rounds":
+        # torch.distributed.pipelining ScheduleInterleaved1F1B: rounds = max(1, m // pp) and
+        # microbatches_per_round = m / rounds, which must be an integer
+        add("vpp-group", "interleaved group size = torch Interleaved1F1B rounds",
+            lambda c, p: _rounds_bad(c, p),
+            lambda c, p: _rounds_message(c, p, who))
     if not s.uneven_stages:
         add("uneven", "uneven pipeline stages",
             lambda c, p: _a(len(set(getattr(p, "layer_split", ()) or ())) > 1),
@@ -167,11 +188,41 @@ def capability_rules(rt) -> tuple:
     if set(orders) != {0, 1}:
         add("order", "rank order", lambda c, p: (_a(p.ep) > 1) & _not_in(p.order, orders),
             lambda c, p: f"rank_order={p.rank_order}: {who} builds the {s.rank_orders[0]} mesh")
+    if s.stage_recompute == "uniform":
+        add("stage-recompute", "one recompute count for every stage",
+            lambda c, p: _a(len(set(int(v) for v in (getattr(p, "stage_recompute", ()) or ()))) > 1),
+            lambda c, p: f"stage_recompute {list(p.stage_recompute)} recomputes a different number of layers on "
+                         f"each stage; {who} takes one count for all stages")
+    add("precision", "training precision and FP8 recipe",
+        lambda c, p: _a(bool(c.train is not None and precision_refusals(rt, getattr(c, "hw", None), c.train))),
+        lambda c, p: "; ".join(precision_refusals(rt, getattr(c, "hw", None), c.train)))
     if not s.fetch_sync:
         add("fetch-sync", "synchronous ZeRO-3 fetch",
             lambda c, p: _a(getattr(p, "fetch_sync", False)).astype(bool) & (_a(p.zero) == 3),
             lambda c, p: f"fetch_sync=1 is DeepSpeed ZeRO-3 as released in 2021; {who} does not run it")
     return tuple(out)
+
+
+def _rounds(c, p):
+    m = np.asarray(c.train.global_batch) // np.maximum(_a(p.mbs) * np.maximum(_a(p.dp), 1), 1)
+    rounds = np.maximum(1, m // np.maximum(_a(p.pp), 1))
+    return m, rounds
+
+
+def _rounds_bad(c, p):
+    if c.train is None:
+        return _a(False)
+    m, rounds = _rounds(c, p)
+    return (_a(p.sched) == 1) & ((m % rounds != 0) | (_a(p.G) != m // rounds))
+
+
+def _rounds_message(c, p, who):
+    m, rounds = (int(x) for x in _rounds(c, p))
+    if m % rounds:
+        return (f"m={m} micro-batches is not a multiple of torch Interleaved1F1B's {rounds} rounds "
+                f"({who} runs torch.distributed.pipelining)")
+    return (f"vpp_group G={p.G}: torch's Interleaved1F1B runs rounds of G = {m // rounds} micro-batches for "
+            f"m={m}, pp={p.pp} (set vpp_group={m // rounds})")
 
 
 def refusals(rt, ctx, plan) -> list[str]:

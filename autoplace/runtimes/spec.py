@@ -236,6 +236,12 @@ class Capabilities:
     """Mesh orders it builds."""
     fetch_sync: bool = False
     """Runs the 2021 DeepSpeed synchronous ZeRO-3 fetch."""
+    stage_recompute: str = "uniform"
+    """Per-stage activation recomputation counts: uniform (one count for all stages: Megatron's
+    --recompute-num-layers, torchtitan's layer SAC, DeepSpeed's checkpointing) or any."""
+    why: tuple = ()
+    """Why, per capability rule (TOML table `why = { zero-pp = "…" }`, keys = the `RT-` rule ids
+    without the prefix): the source sentence appended to that rule's refusal message."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -151,11 +151,11 @@ def _coarse(space):
                        dp_overlap=space.dp_overlap[:1])
 
 
-def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3) -> list:
+def analytic_seed(ctx, hw, space, headroom: float = 0.0, k: int = 3, extra_rules=()) -> list:
     """The best plans of the coarse sub-space (exhaustive, vectorized): the analytic optimum of the
     common recipes, cheap at any size. Returns up to k Plans, best first."""
     from autoplace.search.exhaustive import run_exhaustive
-    r = run_exhaustive(ctx, hw, _coarse(space), headroom, top_k=k, collapse_block=True)
+    r = run_exhaustive(ctx, hw, _coarse(space), headroom, top_k=k, collapse_block=True, extra_rules=extra_rules)
     return [r["top"].plan(i) for i in range(len(r["top"]))]
 
 

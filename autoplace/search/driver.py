@@ -21,6 +21,8 @@ import numpy as np
 from autoplace.errors import InputError, NoFeasiblePlanError
 
 AUTO_EXHAUSTIVE_MAX = 40_000_000       # evaluations (≈ 40 s single core at ~1 M/s)
+MAX_GRID_CELLS = 200_000_000           # option cells the enumerator materializes (≈ 200 MB of masks)
+MAX_CANDIDATES = 20_000_000_000        # candidate plans counted (upper bound) before the search refuses
 DEFAULT_TOKENS_PER_STEP = 2**22        # "~4M tokens per step" (4,194,304 = 4 Mi tokens, Llama-style)
 METHODS = ("auto", "exhaustive", "ilp", "bayes")
 GIB = 2**30
@@ -46,6 +48,78 @@ def default_global_batch(seq_len: int, world: int, tokens: int = DEFAULT_TOKENS_
     return B, note
 
 
+def _divisors_of(n: int) -> list[int]:
+    """Divisors of n by trial division up to √n (fast for any GPU count)."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def _choice_divs(choice, bound: int) -> list[int]:
+    if choice.values:
+        return [v for v in choice.values if isinstance(v, int) and bound % v == 0]
+    hi = choice.hi if choice.hi is not None else bound
+    return [d for d in _divisors_of(bound) if choice.lo <= d <= hi and (not choice.pow2 or d & (d - 1) == 0)]
+
+
+def space_size(ctx, space) -> tuple[int, int]:
+    """(candidate plans, option-grid cells) of `space` for ctx — an upper bound computed from the
+    degree rows and per-knob option counts, without building anything. The enumerator's largest
+    allocation is rows × the largest data-parallel degree (the HSDP replicate grid)."""
+    W, m = ctx.world, ctx.model
+    L = m.layers if not m.states_only else 1
+    moe = (not m.states_only) and m.is_moe
+    B = ctx.train.global_batch
+    misc = len(space.rank_order) * len(space.dp_overlap)
+    for _, v in space.extras:
+        misc *= len(v)
+    tpo = 1 + len(space.sp) * len(space.tp_overlap)
+    z = sum(len(space.reshard_after_forward) if zz == 3 else 1 for zz in space.zero)
+    o = sum(len(space.offload_fraction) if oo else 1 for oo in space.offload)
+    cand = cells = rows = 0
+    max_dp = 1
+    for tp in _choice_divs(space.tp, W):
+        for pp in _choice_divs(space.pp, W // tp):
+            rc = len(space.recompute) + (L // pp if 3 in space.recompute else 0)
+            sched = 1 + (len(space.vpp.values) if space.vpp.values else 4) * len(space.vpp_group) if pp > 1 else 1
+            for cp in _choice_divs(space.cp, W // (tp * pp)):
+                dp = W // (tp * pp * cp)
+                n_ep = len(_choice_divs(space.ep, W // pp)) * len(space.etp) if moe else 1
+                per_dp = B // dp if B % dp == 0 else 0
+                mbs = len([v for v in _choice_divs(space.mbs, per_dp)]) if per_dp else 1
+                nrep = len(_choice_divs(space.dp_replicate, dp))
+                rows += n_ep
+                max_dp = max(max_dp, dp)
+                cand += n_ep * misc * tpo * rc * mbs * sched * z * nrep * o
+    cells = rows * max_dp if not space.dp_replicate.values else rows * len(space.dp_replicate.values)
+    return cand, cells
+
+
+def check_size(ctx, space) -> None:
+    """One-line InputError naming --gpus when the enumeration would be too large to build."""
+    cand, cells = space_size(ctx, space)
+    if cells > MAX_GRID_CELLS or cand > MAX_CANDIDATES:
+        raise InputError(f"--gpus {ctx.world:,}: the search space would hold ~{cand:,.0f} candidate plans "
+                         f"({cells:,.0f} option cells; limits {MAX_CANDIDATES:,} and {MAX_GRID_CELLS:,}): "
+                         "give fewer --gpus, or a space with explicit degree lists (--space FILE.toml)")
+
+
+def no_legal_message(ctx, stats: dict) -> str:
+    pr = sorted(stats.get("pruned_by_rule", {}).items(), key=lambda kv: -kv[1])[:3]
+    top = ", ".join(f"{k} {v:,}" for k, v in pr)
+    m = ctx.model
+    return (f"no legal plan: none of the {stats.get('candidates', 0):,} candidate plans for {m.name} on "
+            f"{ctx.world:,} GPUs (global batch {ctx.train.global_batch}, seq {ctx.train.seq_len}) passes the rules"
+            + (f" (pruned most by {top})" if top else "")
+            + "; change --gpus, --global-batch or --seq-len, or see --explain")
+
+
 def _result_plans(res) -> list:
     top = res["top"]
     return [top.plan(i) for i in range(len(top))]
@@ -53,13 +127,16 @@ def _result_plans(res) -> list:
 
 def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: float = 0.0,
                progress=None, trials: int = 200, seed: int = 0, chunk: int | None = None,
-               workers: int | None = None, families: bool = False) -> dict:
+               workers: int | None = None, families: bool = False, extra_rules=()) -> dict:
     """Search `space` for ctx (model, training, world) on hw.
 
     Returns {plans: [Plan], steps: [s], stats: {...}, closest: Plan | None, closest_ratio,
     enumeration}; with `families` also `families` [(family, step, Plan)], the best plan of each
     plan family (autoplace.search.families), fastest first. Raises NoFeasiblePlanError when no legal
-    plan fits (its `closest` attribute carries the plan that came closest).
+    plan fits (its `closest` attribute carries the plan that came closest) or none is legal.
+
+    extra_rules: rules beyond the composition rules (a launcher's / runtime's, `autoplace.search.
+    launchers`); a space cut to a runtime (`space.runtime`) adds that runtime's capability rules.
     """
     from autoplace.search.enumerate import DEFAULT_CHUNK, enumerate_space
     from autoplace.search.exhaustive import run_exhaustive
@@ -76,7 +153,14 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
         # offloading to the host frees nothing when the host memory is the device memory
         space = space.with_(offload=(0,))
         space_note = f"offload left out: on {hw.name} the host memory is the device memory"
-    en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True)
+    rules = list(extra_rules)
+    if getattr(space, "runtime", ""):
+        from autoplace.runtimes import load_runtime
+        from autoplace.runtimes.check import capability_rules
+        rules += [r for r in capability_rules(load_runtime(space.runtime)) if r not in rules]
+    rules = tuple(rules)
+    check_size(ctx, space)
+    en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True, extra_rules=rules)
     chosen = method
     reason = ""
     if families and method == "bayes":
@@ -104,10 +188,10 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
             seeds = _result_plans(ex)
             seed_note = "exhaustive optimum"
         else:
-            seeds = analytic_seed(ctx, hw, space, headroom)
+            seeds = analytic_seed(ctx, hw, space, headroom, extra_rules=rules)
             seed_note = "coarse-space optimum"
         res = run_bayes(ctx, hw, space, headroom, n_trials=trials, seed=seed, seed_plans=seeds,
-                        top_k=top_k, progress=progress)
+                        top_k=top_k, progress=progress, extra_rules=rules)
         res["stats"]["seed"] = seed_note
         if not reason:
             reason = f"Optuna TPE ({trials} trials) seeded with the {seed_note}"
@@ -119,7 +203,7 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     if chosen == "ilp" or (plans and method == "auto" and plans[0].pp > 1 and plans[0].v == 1):
         plans, steps, info = refine_top(ctx, hw, plans, steps, headroom, top_k,
                                         only_first=(chosen != "ilp"), space=space if chosen == "ilp" else None,
-                                        en=res["enumeration"] if chosen == "ilp" else None)
+                                        en=res["enumeration"] if chosen == "ilp" else None, rules=rules)
         stats["ilp"] = info
         if plans and plans[0].layer_split:
             stats["method"] = chosen + "+ilp" if chosen != "ilp" else "ilp"
@@ -141,7 +225,9 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
         cb = res.get("closest")
         closest = cb.plan(0) if cb is not None and len(cb) else None
         out["closest"], out["closest_ratio"] = closest, res.get("closest_ratio", math.inf)
-        err = NoFeasiblePlanError(no_fit_message(ctx, hw, closest, headroom, stats))
+        legal = stats.get("legal", 0)
+        err = NoFeasiblePlanError(no_legal_message(ctx, stats) if not legal and closest is None
+                                  else no_fit_message(ctx, hw, closest, headroom, stats))
         err.closest = closest
         err.result = out
         raise err
@@ -180,7 +266,7 @@ def _pp_variants(ctx, space, plan, limit: int = 6) -> list:
     return out[:limit]
 
 
-def _uneven_parents(ctx, en, templates, limit: int = 64) -> list:
+def _uneven_parents(ctx, en, templates, limit: int = 64, rules=()) -> list:
     """Pipelined plans on degree rows that only an uneven split can run (pp ∤ L, rule D3), with the
     other knobs of the best uniform plans; every other rule must hold."""
     from autoplace.placement.rules import check
@@ -198,13 +284,13 @@ def _uneven_parents(ctx, en, templates, limit: int = 64) -> list:
                           schedule="1f1b" if tpl.schedule == "interleaved" else tpl.schedule, vpp=1, vpp_group=0,
                           recompute="none" if tpl.recompute == "block" else tpl.recompute, recompute_layers=0,
                           sp=tpl.sp and tp > 1, tp_overlap=tpl.tp_overlap and tpl.sp and tp > 1)
-            if [v.rule for v in check(ctx, q)] == ["D3"] and q not in out:
+            if [v.rule for v in check(ctx, q, rules)] == ["D3"] and q not in out:
                 out.append(q)
     return out[:limit]
 
 
 def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_limit_s: float = 10.0,
-               space=None, en=None):
+               space=None, en=None, rules=()):
     """CP-SAT refinement of the pipelined plans among the top-k (and, with `space`, of pipelined
     variants of them with other pp, even those that do not divide L); returns (plans, steps, info)."""
     from autoplace.cost.step import evaluate
@@ -219,7 +305,7 @@ def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_li
         if space is not None:
             parents += [(j, q) for q in _pp_variants(ctx, space, p)]
     if en is not None:
-        parents += [(len(plans), q) for q in _uneven_parents(ctx, en, plans[:2])]
+        parents += [(len(plans), q) for q in _uneven_parents(ctx, en, plans[:2], rules=rules)]
     seen = set()
     for j, p in parents:
         if p in seen:
@@ -236,7 +322,7 @@ def refine_top(ctx, hw, plans, steps, headroom, top_k, only_first=False, time_li
         info["refined"] += 1
         info["solver"] = ilp_res.solver
         info["status"][ilp_res.status] = info["status"].get(ilp_res.status, 0) + 1
-        if check(ctx, q):
+        if check(ctx, q, rules):          # composition rules and the launcher's/runtime's rules
             continue
         with np.errstate(all="ignore"):
             ev = evaluate(ctx, hw, q, headroom)

@@ -43,7 +43,7 @@ from autoplace.search import blocks as blocks_mod
 from autoplace.search.batch import PlanBatch
 from autoplace.search.blocks import Block, BlockSpec
 from autoplace.search.options import collapsible, degree_rows, option_groups
-from autoplace.search.pruning import legal_mask, prune_early, rule_groups, rule_list, rules_separable
+from autoplace.search.pruning import legal_mask, prune_early, reads_column, rule_groups, rule_list, rules_separable
 from autoplace.search.space import Space
 
 DEFAULT_CHUNK = 1 << 17
@@ -137,6 +137,18 @@ class Enumeration:
             return PlanBatch.empty(), np.zeros(0, dtype=bool)
         return PlanBatch.concat(parts), np.concatenate(masks)
 
+    def legal_plans(self) -> PlanBatch:
+        """Every legal plan of the enumeration as one batch (tests and brute force)."""
+        b, ok = self.all_plans()
+        return b.take(np.nonzero(ok)[0])
+
+    @property
+    def extra_rules(self) -> tuple:
+        """The rules applied beyond `RULES` (a runtime's / launcher's)."""
+        from autoplace.placement.rules import RULES
+        base = {r.id for r in RULES}
+        return tuple(r for r in self.rules if r.id not in base)
+
     # -- broadcast blocks --
     def block_specs(self, max_size: int | None = None) -> list[BlockSpec]:
         """Cheap descriptions of the blocks (materialize with `make_block`)."""
@@ -188,6 +200,8 @@ def enumerate_space(ctx, space: Space, chunk: int = DEFAULT_CHUNK, collapse_bloc
     if n == 0:
         return Enumeration(ctx, space, deg, [], np.zeros(0, np.int64), np.zeros(0, bool), {}, chunk,
                            collapse_block, rules=rules)
+    if collapse_block and reads_column(ctx, deg, rules, "recompute_layers"):
+        collapse_block = False   # an extra rule may allow only some layer counts: enumerate each
     groups, rc_axis = option_groups(ctx, space, deg, collapse_block)
     groups, totals, alive, pruned = prune_early(ctx, deg, groups, rules)
     return Enumeration(ctx, space, deg, groups, totals, alive, pruned, chunk, collapse_block, rc_axis, rules)

@@ -294,7 +294,6 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             # interleave blocks over tasks (blocks of one signature are similar in cost)
             n_tasks = min(len(specs), n_workers * 6)
             tasks = [list(range(i, len(specs), n_tasks)) for i in range(n_tasks)]
-            sizes = [sum(int(np.prod(specs[j][0][:len(en.groups)])) * len(specs[j][1]) for j in t) for t in tasks]
             _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold, families)
             try:
                 with mctx.Pool(n_workers) as pool:

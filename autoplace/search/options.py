@@ -203,7 +203,8 @@ def batch_group(ctx, space: Space, deg: dict) -> OptionGroup:
                     vok &= (per_stage > 0) & (per_stage % v == 0)
                 seen = []
                 for gspec in space.vpp_group:
-                    G = ppr if gspec == "pp" else (m_mb if gspec == "m" else np.full_like(ppr, gspec))
+                    G = ppr if gspec == "pp" else (m_mb if gspec == "m" else (
+                        m_mb // np.maximum(1, m_mb // ppr) if gspec == "rounds" else np.full_like(ppr, gspec)))
                     ok = vok.copy()
                     for prev in seen:           # "pp" and "m" may coincide
                         ok &= G != prev

@@ -20,8 +20,10 @@ The rules run on the degree rows with every other knob at its most permissive va
 then on each group's options with the other groups at those values. An option that a rule
 rejects there is rejected in every plan it appears in, so it is dropped with its whole product,
 charged with the plans it stands for. This needs every rule to be monotone in that sense (true of
-every rule in `RULES`, and required of extra rules): a rule must not reject a plan at the neutral
-values that it would accept with some other value of a knob it reads. A rule that reads several
+every rule in `RULES`): a rule must not reject a plan at the neutral values that it would accept
+with some other value of a knob it reads. Extra rules need not be monotone (a runtime's "SP always
+on" rejects the neutral sp = False): `early_stages` runs each only where no neutral value can
+change its verdict. A rule that reads several
 option groups (`rule_groups`) is still exact: then `rules_separable` is False and every block gets
 a full `legal_mask` pass as well.
 """
@@ -83,8 +85,51 @@ def neutral_batch(deg: dict, owner=None, cols=None) -> PlanBatch:
     return PlanBatch(**out)
 
 
+def early_stages(ctx, deg: dict, groups: list, rules) -> dict:
+    """Which rules run at which early stage. `RULES` (monotone, module docstring) run everywhere.
+    An extra rule need not be monotone ("SP always on" rejects the neutral sp = False), so it runs
+    early only where its verdict cannot depend on a neutral value: one that reads no option group
+    on the degree rows (key None) and at every group stage, one that reads exactly one group g at
+    g's stage only; one that reads two or more groups only in the block pass (`rules_separable` is
+    then False). Returns stage (None or group name) → rule list, in `rules` order."""
+    base_ids = {r.id for r in placement_rules.RULES}
+    col_group = {c: g.name for g in groups for c in g.cols}
+    probe = neutral_batch({k: v[:1] for k, v in deg.items()})
+    reads = {}
+    for r in rules:
+        if r.id in base_ids or not r.illegal:
+            continue
+        t = _Tracer(probe)
+        with np.errstate(all="ignore"):
+            r.violated(ctx, t)
+        names = set()
+        for a in t.seen:
+            names.update(DERIVED.get(a, (a,)))
+        reads[r.id] = {col_group[a] for a in names if a in col_group}
+    out = {None: [r for r in rules if r.id in base_ids or not reads.get(r.id)]}
+    for g in groups:
+        out[g.name] = [r for r in rules if r.id in base_ids or reads.get(r.id, {g.name}) <= {g.name}]
+    return out
+
+
+def reads_column(ctx, deg: dict, rules, column: str) -> bool:
+    """True when one of the extra (non-`RULES`) `rules` reads plan attribute `column` (traced)."""
+    base_ids = {r.id for r in placement_rules.RULES}
+    probe = neutral_batch({k: v[:1] for k, v in deg.items()})
+    for r in rules:
+        if r.id in base_ids:
+            continue
+        t = _Tracer(probe)
+        with np.errstate(all="ignore"):
+            r.violated(ctx, t)
+        if column in t.seen:
+            return True
+    return False
+
+
 def prune_early(ctx, deg: dict, groups: list, rules) -> tuple[list, np.ndarray, np.ndarray, dict]:
-    """Apply `rules` to the degree rows and to each group's options (module docstring).
+    """Apply `rules` to the degree rows and to each group's options (module docstring;
+    `early_stages` says which extra rules run where).
 
     Returns (groups with the rejected options dropped, totals: candidate plans per degree row,
     alive: rows with a legal option in every group, pruned: rule id → plans removed)."""
@@ -93,7 +138,8 @@ def prune_early(ctx, deg: dict, groups: list, rules) -> tuple[list, np.ndarray, 
     for g in groups:
         totals = totals * g.full
     counts: dict = {}
-    alive = legal_mask(ctx, neutral_batch(deg), rules, counts, weights=totals)
+    stages = early_stages(ctx, deg, groups, rules)
+    alive = legal_mask(ctx, neutral_batch(deg), stages[None], counts, weights=totals)
     alive &= totals > 0
     groups = list(groups)
     for gi, g in enumerate(groups):
@@ -106,7 +152,7 @@ def prune_early(ctx, deg: dict, groups: list, rules) -> tuple[list, np.ndarray, 
         if sub.owner.size == 0:
             continue
         batch = neutral_batch(deg, sub.owner, sub.cols)
-        ok = legal_mask(ctx, batch, rules, counts, weights=sub.w * others[sub.owner])
+        ok = legal_mask(ctx, batch, stages[g.name], counts, weights=sub.w * others[sub.owner])
         keep = np.ones(g.owner.size, dtype=bool)
         keep[np.nonzero(sel)[0][~ok]] = False
         groups[gi] = g.keep(keep)

@@ -120,13 +120,18 @@ class Space:
     # other numeric/boolean Plan fields (e.g. tp_async, dp_bucket_mb): ((name, (values…)), …);
     # fields not listed keep the Plan default
     extras: tuple = ()
+    runtime: str = ""
+    """A runtime this space was cut to (space_for_runtime): the search also applies its capability
+    rules, so every plan of the space is one the runtime can express."""
 
     def knobs(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("name", "description", "source", "extras")}
+                if f.name not in ("name", "description", "source", "extras", "runtime")}
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "description": self.description, "source": self.source}
+        if self.runtime:
+            out["runtime"] = self.runtime
         for k, v in self.knobs().items():
             if isinstance(v, Choice):
                 out[k] = list(v.values) if v.values else v.describe()
@@ -148,7 +153,7 @@ class Space:
         return replace(self, **kw)
 
 
-CORE_KNOBS = tuple(f.name for f in fields(Space) if f.name not in ("name", "description", "source", "extras"))
+CORE_KNOBS = tuple(f.name for f in fields(Space) if f.name not in ("name", "description", "source", "extras", "runtime"))
 
 
 def _extra_knobs() -> dict:
@@ -296,12 +301,13 @@ def _parse_knob(src: str, key: str, raw):
     if key == "vpp_group":
         out = []
         for v in _as_list(src, key, raw):
-            if isinstance(v, str) and v.strip().lower() in ("pp", "m"):
+            if isinstance(v, str) and v.strip().lower() in ("pp", "m", "rounds"):
                 out.append(v.strip().lower())
             elif isinstance(v, int) and not isinstance(v, bool) and v >= 1:
                 out.append(v)
             else:
-                raise _err(src, f"knob 'vpp_group': values must be \"pp\", \"m\" or positive integers, got {v!r}")
+                raise _err(src, f"knob 'vpp_group': values must be \"pp\", \"m\", \"rounds\" or positive integers, "
+                                f"got {v!r}")
         return tuple(dict.fromkeys(out))
     raise _err(src, f"unknown knob '{key}'; valid knobs: {', '.join(KNOB_NAMES)}")  # pragma: no cover
 
@@ -345,7 +351,62 @@ def space_from_dict(raw: dict, source: str, _seen: tuple = ()) -> Space:
 
 
 def available_spaces() -> list[str]:
-    return sorted(p.stem for p in SPACE_DIR.glob("*.toml"))
+    return sorted({p.stem for p in SPACE_DIR.glob("*.toml")} | set(SPACE_ALIASES))
+
+
+# `--space megatron|fsdp`: the default space cut to a runtime (the old search_spaces/megatron.toml and
+# fsdp.toml contradicted the exporters; the runtime files are now the one source)
+SPACE_ALIASES = {"megatron": "megatron-core", "fsdp": "llm-foundry"}
+
+
+def space_for_runtime(rt, base: Space | None = None) -> Space:
+    """The default space (or `base`) cut to what runtime `rt` can express (`rt.supports`), with the
+    plan switches the runtime fixes (`rt.plan_defaults()`: tp_async, dp_overlap, bwd_prefetch,
+    fetch_sync, rank order, DP bucket) as single values. The cut only narrows knob lists; the exact
+    legality is the runtime's capability rules (`autoplace.runtimes.check.capability_rules`), which
+    the search applies as well — so a value this cut keeps that a rule refuses is still pruned."""
+    from autoplace.runtimes import load_runtime
+    rt = load_runtime(rt)
+    sp = base or load_space(DEFAULT_SPACE)
+    s, d = rt.supports, rt.defaults
+    one = Choice((1,))
+    kw: dict = {}
+    kw["zero"] = tuple(z for z in sp.zero if z in s.zero) or (s.zero[0],)
+    if not s.zero_hold:
+        kw["reshard_after_forward"] = (True,)
+    if not s.hsdp:
+        kw["dp_replicate"] = one
+    for knob, ok in (("pp", s.pp), ("tp", s.tp), ("cp", s.cp), ("ep", s.ep)):
+        if not ok:
+            kw[knob] = one
+    kw["sp"] = {"never": (False,), "always": (True,)}.get(s.sp, sp.sp)
+    if not s.tp_overlap or s.sp == "never":
+        kw["tp_overlap"] = (False,)
+    kw["etp"] = {"1": (1,), "tp-or-1": tuple(e for e in sp.etp if e in ("tp", 1)) or ("tp",)}.get(s.etp, sp.etp)
+    kw["schedule"] = tuple(c for c in sp.schedule if SCHEDULES[c] in s.schedules) or (0,)
+    kw["vpp_group"] = {"pp": ("pp",), "rounds": ("rounds",)}.get(s.vpp_group, sp.vpp_group)
+    kw["offload"] = tuple(c for c in sp.offload if OFFLOAD[c] in s.offload) or (0,)
+    if not s.offload_partial:
+        kw["offload_fraction"] = (1.0,)
+    kw["recompute"] = tuple(c for c in sp.recompute if RECOMPUTE[c] in s.recompute) or (0,)
+    orders = [RANK_ORDERS.index(d.rank_order)] if d.rank_order in s.rank_orders else []
+    orders += [RANK_ORDERS.index(o) for o in s.rank_orders if RANK_ORDERS.index(o) not in orders]
+    kw["rank_order"] = tuple(orders)
+    pdf = rt.plan_defaults()
+    kw["dp_overlap"] = (bool(pdf["dp_overlap"]),)
+    extras = dict(sp.extras)
+    for k in ("tp_async", "bwd_prefetch", "fetch_sync", "dp_bucket_mb"):
+        if k in pdf and k in KNOB_NAMES:
+            extras[k] = (pdf[k],)
+    kw["extras"] = tuple(extras.items())
+    return sp.with_(name=f"runtime:{rt.name}", description=f"the default space cut to {rt.describe()}",
+                    source=f"space_for_runtime({rt.name})", runtime=_runtime_ref(rt), **kw)
+
+
+def _runtime_ref(rt) -> str:
+    """A shipped runtime by name, a user's TOML by path."""
+    from autoplace.runtimes import RUNTIME_DIR
+    return rt.name if rt.source == "builtin" or Path(rt.source).parent == RUNTIME_DIR else rt.source
 
 
 def resolve_space_path(name_or_path: str) -> Path:
@@ -364,7 +425,13 @@ def resolve_space_path(name_or_path: str) -> Path:
 
 
 def load_space(name_or_path: str | None = None, _seen: tuple = ()) -> Space:
-    """`--space NAME|PATH` → Space. One-line InputError for a missing file, bad TOML or a bad knob."""
+    """`--space NAME|PATH` → Space. One-line InputError for a missing file, bad TOML or a bad knob.
+    `megatron` and `fsdp` are the default space cut to a runtime (`SPACE_ALIASES`, space_for_runtime);
+    `runtime:NAME` cuts it to any runtime."""
+    key = (name_or_path or "").strip().lower()
+    if key in SPACE_ALIASES or key.startswith("runtime:"):
+        sp = space_for_runtime(SPACE_ALIASES.get(key) or key.split(":", 1)[1])
+        return sp.with_(name=key) if key in SPACE_ALIASES else sp
     path = resolve_space_path(name_or_path or DEFAULT_SPACE)
     try:
         raw = tomllib.loads(path.read_text())

@@ -329,6 +329,19 @@ def _mla(r: _Reader, kw: dict, hidden: int, heads: int) -> None:
               head_dim=None if hidden % heads == 0 else kw["head_dim"])
 
 
+def _rope_theta(cfg: dict) -> float | None:
+    """rope_theta (transformers v4), rope_parameters.rope_theta (v5), rotary_emb_base (GPT-NeoX)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        v = cfg.get(key)
+        if isinstance(v, dict) and isinstance(v.get("rope_theta"), (int, float)) and not isinstance(v["rope_theta"], bool):
+            if v["rope_theta"] > 0:
+                return float(v["rope_theta"])
+    for v in (cfg.get("rope_theta"), cfg.get("rotary_emb_base")):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
 def load_hf_config(path) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face config.json (file or directory containing one)."""
     f = _config_file(path)
@@ -375,6 +388,9 @@ def load_hf_config(path) -> ModelSpec:
                     kv_heads=kv if kv is not None and kv != heads else None, head_dim=head_dim,
                     max_seq_len=max_pos, gated_mlp=fam.gated, activation=activation, norm=fam.norm,
                     position=fam.position, norms_per_layer=fam.norms_per_layer)
+    theta = _rope_theta(cfg)
+    if theta:
+        kw["rope_theta"] = theta
     if fam.names == "gpt2":
         _, ffn = r.opt("ffn", 4 * hidden)
         kw["ffn_hidden"] = ffn

@@ -67,6 +67,8 @@ class ModelSpec:
     input/post_attention/pre_feedforward/post_feedforward_layernorm); 1 in Phi-2 (one LayerNorm
     feeding the parallel attention and MLP). Q/K norms are `qk_norm`, MLA latent norms are in
     `attn_params`."""
+    rope_theta: float = 10000.0
+    """RoPE base θ (HF `rope_theta`; Megatron `--rotary-base`). No effect on counts or cost."""
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)

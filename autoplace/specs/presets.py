@@ -81,16 +81,16 @@ _add("70b", _llama("70b", "Llama-2-70B", layers=80, hidden=8192, heads=64, kv_he
 # "pre-train … with sequences of 8K tokens", extended to 128K at the end) --------------------------
 _add("llama3-8b", _llama("llama3-8b", "Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8,
                          ffn=14336, vocab=128256, max_seq_len=8192, pretrain_seq_len=8192,
-                         where="meta-llama/Meta-Llama-3-8B config.json"),
+                         rope_theta=500000.0, where="meta-llama/Meta-Llama-3-8B config.json"),
      "Llama-3(.1)-8B: HF meta-llama/Meta-Llama-3-8B config.json; 8,030,261,248 params")
 _add("llama3-70b", _llama("llama3-70b", "Llama-3-70B", layers=80, hidden=8192, heads=64,
                           kv_heads=8, ffn=28672, vocab=128256, max_seq_len=8192,
-                          pretrain_seq_len=8192, where="meta-llama/Meta-Llama-3-70B config.json"),
+                          pretrain_seq_len=8192, rope_theta=500000.0, where="meta-llama/Meta-Llama-3-70B config.json"),
      "Llama-3(.1)-70B: HF meta-llama/Meta-Llama-3-70B config.json; 70,553,706,496 params")
 _add("llama3-405b", _llama("llama3-405b", "Llama-3.1-405B", layers=126, hidden=16384, heads=128,
                            kv_heads=8, ffn=53248, vocab=128256, max_seq_len=8192,
                            pretrain_seq_len=8192,
-                           where="meta-llama/Llama-3.1-405B config.json; Dubey et al. 2024 "
+                           rope_theta=500000.0, where="meta-llama/Llama-3.1-405B config.json; Dubey et al. 2024 "
                                  "Table 3; 8192 = pre-training context"),
      "Llama-3.1-405B: HF meta-llama/Llama-3.1-405B config.json and Llama 3 paper Table 3; "
      "max_seq_len 8192 is the base pre-training context (config: 131072 after long-context "
@@ -99,7 +99,7 @@ _add("llama3-405b", _llama("llama3-405b", "Llama-3.1-405B", layers=126, hidden=1
 # ---- Mixtral (HF mistralai/Mixtral-8x7B-v0.1 config.json) ---------------------------------------
 _add("mixtral-8x7b", _llama("mixtral-8x7b", "Mixtral-8x7B", layers=32, hidden=4096, heads=32,
                             kv_heads=8, ffn=14336, vocab=32000, max_seq_len=32768,
-                            pretrain_seq_len=32768,
+                            pretrain_seq_len=32768, rope_theta=1e6,
                             where="mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 §2: "
                                   "trained with a 32k context",
                             num_experts=8, top_k=2),
@@ -195,7 +195,7 @@ for _key, _name, _l, _e, _tot, _act in [("gpt-oss-120b", "gpt-oss-120b", 36, 128
         "(rope_scaling original_max_position_embeddings; YaRN ×32 to 131072)")
 _add("mixtral-8x22b", _llama(
     "mixtral-8x22b", "Mixtral-8x22B", layers=56, hidden=6144, heads=48, kv_heads=8, ffn=16384,
-    vocab=32000, max_seq_len=65536, num_experts=8, top_k=2,
+    vocab=32000, max_seq_len=65536, num_experts=8, top_k=2, rope_theta=1e6,
     where="mistralai/Mixtral-8x22B-v0.1 config.json"),
     "Mixtral-8x22B (8 experts, top-2): HF mistralai/Mixtral-8x22B-v0.1 config.json; 140,620,634,112 "
     "params, 39,152,031,744 active (Mistral AI: 141B total, 39B active); 64K context window, "
