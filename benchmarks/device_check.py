@@ -5,8 +5,11 @@
     python benchmarks/device_check.py --backend gloo --nproc 2 --quick    # the same flow on CPU
 
 1. Exactness: the plan runner (torchrun) on the local devices for the plans that fit the rank count,
-   with the single-process equivalence check; per plan: state bytes exact, activation and collective
-   gaps, max |Δθ|, measured vs predicted peak memory (CUDA) and step time.
+   with the single-process equivalence check (FSDP2 plans also with torchtitan's op-level SAC); per
+   plan: state bytes exact, activation and collective gaps, max |Δθ|, step time, and peak memory:
+   torch.cuda.max_memory_allocated against the predicted allocated bytes of the rank's stage,
+   torch.cuda.max_memory_reserved against the predicted reserved bytes (allocated · (1 +
+   reserve_frac)), and torch's FSDPMemTracker / MemTracker peak.
 2. Calibration: `autoplace calibrate --backend B --nproc K` (quick with --quick).
 3. Ranking: `benchmarks/calibration_ranking.py` with that profile, "before" = the shipped profile
    for the GPU (`--before`, default: the profile `load_hardware` resolves from the device name).
@@ -30,7 +33,10 @@ sys.path.insert(0, str(ROOT))
 ONE_RANK = ["zero=0", "zero=0,recompute=full", "zero=0,recompute=selective", "zero=0,mbs=2",
             "zero=0,recompute=block,recompute_layers=2", "zero=0,mbs=4"]
 MULTI = ["zero=0", "zero=1", "zero=2", "zero=3", "zero=3,reshard=0", "tp=2", "tp=2,sp=1",
-         "tp=2,sp=1,recompute=selective", "pp=2", "pp=2,schedule=gpipe", "pp=2,vpp=2", "zero=0,recompute=full"]
+         "tp=2,sp=1,recompute=selective", "pp=2", "pp=2,schedule=gpipe", "pp=2,vpp=2", "zero=0,recompute=full",
+         "zero=3,recompute=full", "zero=3,reshard=0,recompute=full"]
+OP_SAC = ["zero=3,recompute=selective", "zero=3,reshard=0,recompute=selective"]
+"""Run with selective_policy="op-sac" (torchtitan's op-level SAC) on 2+ ranks."""
 
 
 def _device_name(backend: str) -> str | None:
@@ -71,20 +77,15 @@ def main(argv=None) -> int:
     print(f"[1/3] exactness: {len(plans)} plans on {nproc} × {dev or backend}", file=sys.stderr, flush=True)
     recs = run_plans(model, plans, nproc, backend=backend, settings=settings,
                      out_jsonl=out / "exactness.jsonl", workdir=out / "runs", hardware=load_hardware(before))
-    from autoplace.estimate import estimate
-    from autoplace.profile.report import executed_plan, train_spec
-    from autoplace.profile.settings import DEFAULTS
-    hw_before = load_hardware(before)
-    full = dict(DEFAULTS, **settings)
+    labels = list(texts)
+    if nproc > 1:
+        labels += [f"{t} (op-sac)" for t in OP_SAC]
+        recs = recs + run_plans(model, [parse_plan(t) for t in OP_SAC], nproc, backend=backend,
+                                settings=dict(settings, selective_policy="op-sac"),
+                                out_jsonl=out / "exactness.jsonl", workdir=out / "runs-op-sac",
+                                hardware=load_hardware(before))
     rows = []
-    for text, p, r in zip(texts, plans, recs):
-        peak = [x.get("peak_memory_bytes") for x in r.get("ranks", [])]
-        try:
-            doc = estimate(model, hw_before, train_spec(full), executed_plan(p.resolved(nproc)),
-                           nproc)
-            pred_peak = [doc["memory"]["peak_bytes"]]
-        except Exception:  # an illegal or unsupported plan: nothing to compare
-            pred_peak = []
+    for text, r in zip(labels, recs):
         cg = r.get("collective_gap")
         cg = max(cg.values(), key=abs) if isinstance(cg, dict) and cg else cg
         rows.append({"plan": text, "status": r.get("status"), "error": str(r.get("error") or "")[:160],
@@ -92,16 +93,17 @@ def main(argv=None) -> int:
                      "collective_gap": cg,
                      "max_abs_diff": (r.get("equivalence") or {}).get("max_abs_diff"),
                      "equivalent": (r.get("equivalence") or {}).get("equivalent"),
-                     "peak_memory_bytes": max([p for p in peak if p] or [0]) or None,
-                     "predicted_peak_bytes": max([p for p in pred_peak if p] or [0]) or None,
+                     **_peaks(r),
                      "step_s": r.get("step_s"), "predicted_step_s": r.get("predicted_step_s")})
-    print("| plan | status | state bytes exact | activation gap | collective gap | max \\|Δθ\\| | peak MiB meas / pred |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| plan | status | state bytes exact | activation gap | collective gap | max \\|Δθ\\| | "
+          "allocated MiB meas / pred | reserved MiB meas / pred | tracker MiB |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for x in rows:
-        pk = (f"{x['peak_memory_bytes'] / 2**20:.0f} / {(x['predicted_peak_bytes'] or 0) / 2**20:.0f}"
-              if x["peak_memory_bytes"] else "–")
         print(f"| `{x['plan']}` | {x['status']} | {x['state_bytes_exact']} | {_pct(x['activation_gap'])} | "
-              f"{_pct(x['collective_gap'])} | {_sci(x['max_abs_diff'])} | {pk} |")
+              f"{_pct(x['collective_gap'])} | {_sci(x['max_abs_diff'])} | "
+              f"{_pair(x['peak_allocated_bytes'], x['predicted_allocated_bytes'])} | "
+              f"{_pair(x['peak_reserved_bytes'], x['predicted_reserved_bytes'])} | "
+              f"{_mib(x['tracker_peak_bytes'])} |")
 
     print(f"\n[2/3] calibration ({backend}, {nproc} ranks)", file=sys.stderr, flush=True)
     from autoplace.profile.calibrate import calibrate
@@ -121,6 +123,33 @@ def main(argv=None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"\nwrote {out}/summary.json ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0
+
+
+def _peaks(r: dict) -> dict:
+    """Max over ranks of the measured peaks (CUDA max_memory_allocated / max_memory_reserved, the
+    memory tracker's) and of the predicted allocated / reserved bytes of each rank's stage
+    (reserved = allocated · (1 + reserve_frac), `report.CUDA_RESERVE_FRAC` on CUDA, 0 on CPU)."""
+    ranks, preds = r.get("ranks") or [], r.get("predicted") or []
+
+    def top(xs):
+        xs = [x for x in xs if x]
+        return max(xs) if xs else None
+    return {"peak_allocated_bytes": top(m.get("peak_memory_bytes") for m in ranks),
+            "peak_reserved_bytes": top(m.get("peak_reserved_bytes") for m in ranks),
+            "tracker_peak_bytes": top((m.get("memory_tracker") or {}).get("peak_bytes") for m in ranks),
+            "predicted_allocated_bytes": top((p.get("memory") or {}).get("allocated") for p in preds),
+            "predicted_reserved_bytes": top((p.get("memory") or {}).get("reserved") for p in preds),
+            "peak_memory_gap": r.get("peak_memory_gap")}
+
+
+def _mib(x) -> str:
+    return "–" if not x else f"{x / 2**20:.1f}"
+
+
+def _pair(meas, pred) -> str:
+    if not meas:
+        return "–" if not pred else f"– / {_mib(pred)}"
+    return f"{_mib(meas)} / {_mib(pred)} ({100 * (meas / pred - 1):+.1f} %)" if pred else f"{_mib(meas)} / –"
 
 
 def _profile_for(device_name: str) -> str | None:

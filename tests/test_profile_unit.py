@@ -65,7 +65,7 @@ def test_init_is_per_fqn_so_stages_match_the_full_model():
         assert torch.equal(p, fp[n]), n
 
 
-def _activation(plan_text, seq=64, mbs=2):
+def _activation(plan_text, seq=64, mbs=2, policy="attention", counter=None, grads=None):
     from autoplace.cost.memory import stage_activation_bytes
     from autoplace.placement.rules import Ctx
     from autoplace.profile.parallelize import apply_recompute
@@ -73,9 +73,9 @@ def _activation(plan_text, seq=64, mbs=2):
     plan = parse_plan(plan_text).with_(mbs=mbs).resolved(1)
     m = Decoder(TINY, seq)
     init_weights(m, 0)
-    apply_recompute([m], plan)
+    apply_recompute([m], plan, policy)
     ids, labels = make_batch(TINY, seq, mbs, 0, 0)
-    c = measure.SavedTensorCounter()
+    c = counter if counter is not None else measure.SavedTensorCounter()
     c.exclude_module_state([m])
     with measure.use_counter(c), c.hooks():
         out = m(ids)
@@ -83,7 +83,9 @@ def _activation(plan_text, seq=64, mbs=2):
             loss = cross_entropy(out, labels)
         loss.backward()
     assert c.total_live == 0                      # every saved tensor was released by backward
-    ctx = Ctx(TINY, train_spec({"seq_len": seq, "global_batch": mbs}), 1)
+    if grads is not None:
+        grads.update({n: p.grad for n, p in m.named_parameters()})
+    ctx = Ctx(TINY, train_spec({"seq_len": seq, "global_batch": mbs, "selective_policy": policy}), 1)
     return c.report()["peak_by_region"]["body"], float(stage_activation_bytes(ctx, plan, 0))
 
 
@@ -95,6 +97,86 @@ def test_single_process_activation_bytes_match_formula(rc):
     if rc == "none":
         # the only bytes the formula leaves out: the per-token fp32 rstd of the two RMSNorms
         assert meas - pred == 2 * 4 * 64 * 2 * TINY.layers
+
+
+class _CachedShapes(measure.SavedTensorCounter):
+    """Records the shapes of what op-level SAC keeps, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.cached = []
+
+    def note_cached(self, out):
+        self.cached.append([tuple(t.shape) for t in measure._tensors(out)])
+        super().note_cached(out)
+
+
+def test_op_sac_keeps_wq_wv_w1_w2_and_sdpa_outputs_and_matches_the_formula():
+    """torchtitan's op-level SAC in the runner: per layer the 1st, 3rd, 5th and 7th matmul (wq, wv,
+    w1, w2 of wq wk wv wo w1 w3 w2) and the CPU SDPA kernel's output + log-sum-exp are kept, the
+    rest recomputed; saved bytes = the cost model's op-sac term exactly; gradients unchanged."""
+    seq, mbs = 64, 2
+    c = _CachedShapes()
+    g_sac, g_ref = {}, {}
+    meas, pred = _activation("recompute=selective", seq, mbs, "op-sac", counter=c, grads=g_sac)
+    _activation("recompute=none", seq, mbs, grads=g_ref)
+    h, f, kv, tok = TINY.hidden, TINY.ffn_hidden, TINY.a_kv * TINY.d_head, seq * mbs
+    layer = [[(tok, TINY.heads * TINY.d_head)], [(tok, kv)],
+             [(mbs, TINY.heads, seq, TINY.d_head), (mbs, TINY.heads, seq)], [(tok, f)], [(tok, h)]]
+    assert c.cached == layer * TINY.layers
+    assert meas == pred
+    assert all(torch.equal(g_sac[n], g_ref[n]) for n in g_ref)
+    # about half of no recompute; the attention-core policy keeps almost everything with flash SDPA
+    none, _ = _activation("recompute=none", seq, mbs)
+    assert 0.4 < meas / none < 0.6
+
+
+def test_selective_policy_setting_and_runner_runtime():
+    from autoplace.profile.capabilities import runner_refusals
+    from autoplace.profile.report import CUDA_RESERVE_FRAC, predict, runner_runtime
+    from autoplace.profile.settings import DEFAULTS, selective_policy
+    assert selective_policy({}) == "attention"              # torch-native's memory.selective
+    assert selective_policy({"selective_policy": "op-sac"}) == "op-sac"
+    with pytest.raises(ValueError, match="selective_policy"):
+        selective_policy({"selective_policy": "layer"})
+    s = dict(DEFAULTS, selective_policy="op-sac")
+    assert runner_runtime(s).memory.selective == "op-sac"
+    assert runner_runtime(s).memory.reserve_frac == 0.0
+    assert runner_runtime(s, "nccl").memory.reserve_frac == CUDA_RESERVE_FRAC
+    plan = parse_plan("zero=3,recompute=selective").resolved(2)
+    cpu, gpu = predict(TINY, s, plan, 2, 0)["memory"], predict(TINY, s, plan, 2, 0, backend="nccl")["memory"]
+    assert cpu["reserved"] == cpu["allocated"] and cpu["allocated"] == gpu["allocated"]
+    assert gpu["reserved"] == pytest.approx(gpu["allocated"] * (1 + CUDA_RESERVE_FRAC))
+    assert predict(TINY, DEFAULTS, plan, 2, 0)["activation_bytes"] > predict(TINY, s, plan, 2, 0)["activation_bytes"]
+    # op-level SAC with TP is refused (its collectives would be recomputed); without TP it runs
+    tp = parse_plan("tp=2,recompute=selective").resolved(2)
+    assert "op-level SAC with tp > 1" in runner_refusals(tp, TINY, s, "gloo", world=2)[0]
+    assert runner_refusals(tp, TINY, DEFAULTS, "gloo", world=2) == []
+    assert runner_refusals(plan, TINY, s, "gloo", world=2) == []
+    assert "selective_policy=layer" in runner_refusals(plan, TINY, dict(s, selective_policy="layer"),
+                                                       "gloo", world=2)[0]
+
+
+def test_fsdp_mem_tracker_peak_on_cpu():
+    """torch's MemTracker follows CPU storages: a known allocation pattern gives its exact peak."""
+    m = torch.nn.Linear(64, 64, bias=False)
+    opt = torch.optim.Adam(m.parameters(), foreach=False)
+    pm = measure.PeakMemory([m], opt, fsdp=False, device="cpu")
+    with pm:
+        x = torch.randn(32, 64)
+        y = m(x)
+        big = torch.empty(1000, dtype=torch.float32)
+        del big
+        y.sum().backward()
+        opt.step()
+    r = pm.report()
+    w = 64 * 64 * 4
+    g = r["grouped"]
+    assert r["tool"] == "MemTracker" and sum(g.values()) == r["peak_bytes"]
+    # the peak is in the optimizer step: weight, its gradient, x and y (32×64 fp32 each), the two
+    # Adam moments + the step counter, and the step's temporaries (also counted as optimizer)
+    assert (g["params"], g["grads"], g["activations"]) == (w, w, 2 * 32 * 64 * 4)
+    assert g["optimizer"] >= 2 * w + 4
 
 
 def test_byte_union_counts_each_byte_once():

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_model
-from autoplace.profile.settings import DEFAULTS, SP_IMPLS
+from autoplace.profile.settings import DEFAULTS, SELECTIVE_POLICIES, SP_IMPLS
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +29,10 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(DEFAULTS["seed"], "--seed"),
         lr: float = typer.Option(DEFAULTS["lr"], "--lr"),
         sp_impl: str = typer.Option(DEFAULTS["sp_impl"], "--sp-impl", help="megatron (save shard, re-gather) | dtensor"),
+        selective_policy: Optional[str] = typer.Option(
+            None, "--selective-policy",
+            help="what recompute=selective runs: attention (Megatron: the attention core) | op-sac "
+                 "(torchtitan op-level SAC); default: the torch-native runtime's memory.selective"),
         hardware: Optional[str] = typer.Option("local-cpu", "--hardware",
                                                help="profile for the predicted step time ('' to skip)"),
         out: Optional[str] = typer.Option(None, "--out", help="folder for results.jsonl (appended as plans finish) "
@@ -50,10 +54,13 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--backend must be gloo or nccl, got '{backend}'")
         if sp_impl not in SP_IMPLS:
             raise InputError(f"--sp-impl must be {' or '.join(SP_IMPLS)}, got '{sp_impl}'")
+        if selective_policy is not None and selective_policy not in SELECTIVE_POLICIES:
+            raise InputError(f"--selective-policy must be {' or '.join(SELECTIVE_POLICIES)}, "
+                             f"got '{selective_policy}'")
         m = resolve_model(model, None)
         plans = [parse_plan(p) for p in plan]
         settings = dict(seq_len=seq_len, global_batch=global_batch, steps=steps, warmup=warmup, seed=seed,
-                        lr=lr, sp_impl=sp_impl)
+                        lr=lr, sp_impl=sp_impl, selective_policy=selective_policy)
         hw = hardware or None
         if hw:
             from autoplace.specs.hardware import resolve_profile_path
@@ -77,6 +84,16 @@ def _mib(x):
     return "-" if x is None else f"{x / 2**20:.2f}"
 
 
+def _peak(m):
+    from autoplace.profile.report import measured_peak
+    return measured_peak(m)
+
+
+def _peak_pred(m, p):
+    mem = p.get("memory") or {}
+    return mem.get("reserved" if m.get("peak_reserved_bytes") else "allocated")
+
+
 def render(recs) -> str:
     out = []
     for r in recs:
@@ -88,9 +105,11 @@ def render(recs) -> str:
         eq = r.get("equivalence") or {}
         out.append(f"  state bytes exact: {r['state_bytes_exact']}   activation gap: "
                    f"{100 * (r['activation_gap'] or 0):+.2f}%   equivalent: {eq.get('equivalent')} "
-                   f"(max |Δ| {eq.get('max_abs_diff', float('nan')):.2e} over {eq.get('steps')} steps)")
+                   f"(max |Δ| {eq.get('max_abs_diff', float('nan')):.2e} over {eq.get('steps')} steps)"
+                   + (f"   peak gap: {100 * r['peak_memory_gap']:+.2f}%" if r.get("peak_memory_gap") is not None
+                      else ""))
         out.append("  rank stage  P/G/O MiB meas | pred            act MiB meas|pred   comm MiB (dp,tp,pp) "
-                   "meas | pred        step s meas|pred")
+                   "meas | pred        step s meas|pred   peak MiB meas|pred")
         for m, p in zip(r["ranks"], r["predicted"]):
             sb, ps = m["state_bytes"], p["state_bytes"]
             cb, pc = m.get("collective_bytes") or {}, p.get("collective_bytes") or {}
@@ -100,5 +119,6 @@ def render(recs) -> str:
                 f"{_mib(m['activation_bytes'])}|{_mib(p['activation_bytes'])}   "
                 f"{','.join(_mib(cb.get(a)) for a in ('dp', 'tp', 'pp'))} | "
                 f"{','.join(_mib(pc.get(a)) for a in ('dp', 'tp', 'pp'))}   "
-                f"{m['step_s']:.3f}|{(p.get('step_s') or float('nan')):.3f}")
+                f"{m['step_s']:.3f}|{(p.get('step_s') or float('nan')):.3f}   "
+                f"{_mib(_peak(m))}|{_mib(_peak_pred(m, p))}")
     return "\n".join(out)

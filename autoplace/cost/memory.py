@@ -9,7 +9,8 @@ arrays) and over the stage index `i`, so `estimate` and the vectorized search sh
   PP × ZeRO-2/3 holds P and G unsharded within the step (K1, T22);
 - activations: Korthikanti et al. 2022 per-layer terms, generalized to GQA, SwiGLU, flash vs eager
   attention and dropout on/off, times the schedule's in-flight micro-batches per stage (§2.5, K6);
-- transient: FSDP gathered units (prefetch k=2), reduce buckets, CP K/V gathers, the last stage's
+- transient: FSDP gathered units (prefetch k=2) + the unit's unsharded gradients + the previous
+  unit's in-flight reduce-scatter input, reduce buckets, CP K/V gathers, the last stage's
   logits + fp32 cross-entropy buffer, one layer's recompute working set (§2.4);
 - overhead: CUDA context + communicator buffers from the hardware profile (§6).
 """
@@ -304,8 +305,12 @@ def transient_bytes(ctx, p, i):
     nd, _ = shard_groups(ctx, p)
     pm, gm = _w(p.p_mode), _w(p.g_mode)
     k1 = k1_active(p)
-    sg = np.where(~k1 & (pm == 1), t.rt.memory.fsdp_prefetch_units * unit * bP + unit * bGr, 0.0)
-    hold = np.where(~k1 & (pm == 2), (dense + expert) * bP + unit * bGr, 0.0)
+    # in a unit's backward: its unsharded gradients (b_G) and the previous unit's reduce-scatter
+    # input (b_G_reduce), which FSDP2 keeps in flight until this unit's post-backward
+    # (reduce_scatter_max_input_buffers = 1)
+    grad_bufs = unit * (bG + bGr)
+    sg = np.where(~k1 & (pm == 1), t.rt.memory.fsdp_prefetch_units * unit * bP + grad_bufs, 0.0)
+    hold = np.where(~k1 & (pm == 2), (dense + expert) * bP + grad_bufs, 0.0)
     rs_bucket = np.where(~k1 & (pm == 0) & (gm == 1), unit * bG, 0.0)
     last = _w(i) == _w(p.pp) - 1
     logits = np.where(last, logits_bytes(ctx, p), 0.0)
@@ -335,9 +340,20 @@ def stage_memory(ctx, hw, p, i):
 
     allocated = params + grads + optimizer + activations + transient is what
     torch.cuda.max_memory_allocated reports; the caching allocator holds `reserve` more at the peak
-    (reserved = allocated · (1 + f), torch.cuda.max_memory_reserved, f from the runtime: segments
-    freed by one layer's gather buffers cannot all be reused by differently sized blocks); the CUDA
-    context and NCCL buffers (`overhead`) sit outside the allocator."""
+    (reserved = allocated · (1 + f), torch.cuda.max_memory_reserved, f = the runtime's
+    `memory.reserve_frac`: segments freed by one layer's gather buffers cannot all be reused by
+    differently sized blocks); the CUDA context and NCCL buffers (`overhead`) sit outside the
+    allocator.
+
+    The GPU rule, per runtime: f = 0.03 for Megatron-Core (gradient and parameter buffers
+    allocated once, contiguously), 0.08 for DeepSpeed ZeRO (per-sub-module fetch and release), 0.10
+    for FSDP stacks that allocate and free all-gather / reduce-scatter buffers every layer
+    (torchtitan, FSDP1/FSDP2 wrappers); PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shrinks the
+    fragmentation (a smaller f; not yet measured on a GPU in this project). On CPU there is no caching allocator: f = 0 (torch-native), and the
+    allocated peak is checked against torch's own tracker (FSDPMemTracker) on FSDP2 runs of the
+    plan runner (tests/test_memory_accounting.py: within 3 % on llama-tiny, zero=3 × reshard × no /
+    op-SAC / full recompute); benchmarks/device_check.py compares max_memory_allocated and
+    max_memory_reserved on CUDA."""
     params, grads, opt = model_state_bytes(ctx, p, i)
     acts = stage_activation_bytes(ctx, p, i)
     trans = transient_bytes(ctx, p, i)

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from autoplace.profile import measure
 from autoplace.profile.model import Decoder, cross_entropy, init_weights, make_batch
 from autoplace.profile.parallelize import apply_fsdp, apply_recompute, apply_tp, stage_layers
+from autoplace.profile.settings import selective_policy
 
 
 class Built:
@@ -25,6 +26,7 @@ class Built:
 
     def __init__(self, plan, spec, job, rt):
         self.plan, self.spec, self.job, self.rt = plan, spec, job, rt
+        self.before_microbatch = None   # called with k before micro-batch k's forward (pp = 1)
         pp, dpr, dps, tp = plan.pp, plan.dp_replicate, plan.dp // plan.dp_replicate, plan.tp
         self.mesh = rt.mesh((pp, dpr, dps, plan.cp, tp))
         m = self.mesh
@@ -59,7 +61,7 @@ class Built:
         if tp > 1:
             for c in self.chunks:
                 apply_tp(c, m["tp"], plan, job.get("sp_impl", "megatron"))
-        apply_recompute(self.chunks, plan)
+        apply_recompute(self.chunks, plan, selective_policy(job))
         # data parallelism
         self.dp_kind = "none"
         self.wrapped = list(self.chunks)
@@ -187,6 +189,8 @@ class Built:
                 mbs = plan.mbs
                 tot = 0.0
                 for k in range(self.m):
+                    if self.before_microbatch is not None:
+                        self.before_microbatch(k)
                     sl = slice(k * mbs, (k + 1) * mbs)
                     last = k == self.m - 1
                     ctx = (model.no_sync() if (self.dp_kind == "ddp" and not last)

@@ -64,6 +64,11 @@ class RunnerCapabilities:
     """Obligations that can be left out as negative controls (`Plan.omit`)."""
     precisions: frozenset = frozenset({"fp32"})
     """Training precisions."""
+    selective_policies: frozenset = frozenset({"attention", "op-sac"})
+    """What recompute=selective can mean (`settings.selective_policy`)."""
+    op_sac_with_tp: bool = False
+    """Op-level SAC together with tp > 1 (the TP/SP collectives inside a checkpointed layer are
+    not in the runner's save list, so they would run again in the recomputation)."""
 
 
 TORCH_NATIVE = RunnerCapabilities()
@@ -75,6 +80,18 @@ def _setting(train, key: str):
     if isinstance(train, Mapping):
         return train.get(key, DEFAULTS[key])
     return getattr(train, key)
+
+
+def _selective_policy(train) -> str:
+    """recompute=selective's policy: the settings' `selective_policy` (None: the runner runtime's),
+    or a TrainingSpec's runtime `memory.selective`."""
+    if isinstance(train, Mapping):
+        pol = train.get("selective_policy")
+        if pol is None:
+            from autoplace.profile.settings import selective_policy
+            return selective_policy({})
+        return str(pol)
+    return train.rt.memory.selective
 
 
 def machine_refusals(plan: Plan, backend: str, world: int | None = None) -> list[str]:
@@ -119,6 +136,14 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
     bad = [o for o in plan.omit if o not in caps.omit]
     if bad:
         out.append(f"omit={bad}: only {' and '.join(sorted(caps.omit))} can be removed")
+    if plan.recompute == "selective":
+        pol = _selective_policy(train)
+        if pol not in caps.selective_policies:
+            out.append(f"selective_policy={pol}: the runner implements "
+                       f"{' and '.join(sorted(caps.selective_policies))}")
+        elif pol == "op-sac" and plan.tp > 1 and not caps.op_sac_with_tp:
+            out.append("op-level SAC with tp > 1: the layer's TP collectives would be recomputed "
+                       "(not saved, as the cost model assumes)")
     precision = _setting(train, "precision")
     if precision not in caps.precisions:
         out.append(f"the runner trains in {'/'.join(sorted(caps.precisions))} (precision={precision})")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from autoplace.io import append_jsonl, read_jsonl
 from autoplace.profile.report import build_record
-from autoplace.profile.settings import DEFAULTS
+from autoplace.profile.settings import DEFAULTS, selective_policy
 
 
 def worker_env(env: dict | None = None) -> dict:
@@ -91,6 +91,7 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
     global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see settings.DEFAULTS).
     """
     settings = dict(DEFAULTS, **(settings or {}))
+    selective_policy(settings)          # a policy the runner does not know fails here, not in a worker
     out_jsonl = Path(out_jsonl)
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
     plans = [p.resolved(nproc) for p in plans]

@@ -11,7 +11,9 @@
   are not activations and are skipped); the holder it returns releases the storage when autograd
   frees the saved variable. The counter reports the PEAK of live saved bytes over the step, so a
   pipeline schedule's in-flight micro-batches are counted as they really overlap. Regions (`region`)
-  split the total into per-layer activations and the head (final norm, logits, loss).
+  split the total into per-layer activations and the head (final norm, logits, loss). Outputs kept
+  by op-level selective checkpointing live in torch's SAC cache, not in autograd's saved variables:
+  the policy reports them (`note_cached`) and they count until their storage is freed.
 * `CommCounter`: a TorchDispatchMode that sees every c10d op (`torch.ops.c10d.*`: what
   `torch.distributed.*`, DDP's C++ reducer, FSDP2 and pipelining's P2P issue) and every functional
   collective (`torch.ops._c10d_functional.*`: DTensor redistributions, loss_parallel), like
@@ -213,16 +215,15 @@ class SavedTensorCounter:
             self._region.name = old
 
     # hooks -----------------------------------------------------------------------------------
-    def _pack(self, t):
-        if not self.active or not isinstance(t, torch.Tensor) or _is_param_like(t, self.excluded):
-            return _Holder(t, None, None, None)
+    def _register(self, t):
+        """Count t's storage as live in the current region; (key, region, storage or None)."""
         lt = _local(t)
         try:
             st = lt.untyped_storage()
             key = (str(lt.device), st.data_ptr())
             nbytes = st.nbytes()
         except (RuntimeError, NotImplementedError):  # a wrapper subclass without its own storage
-            key, nbytes = ("id", id(lt)), lt.numel() * lt.element_size()
+            st, key, nbytes = None, ("id", id(lt)), lt.numel() * lt.element_size()
         region = self.region_name
         k = (region, key)
         ent = self.live[k]
@@ -234,7 +235,27 @@ class SavedTensorCounter:
             self.peak_total = max(self.peak_total, self.total_live)
         ent[0] += 1
         self.n_saved += 1
+        return k, region, st
+
+    def _pack(self, t):
+        if not self.active or not isinstance(t, torch.Tensor) or _is_param_like(t, self.excluded):
+            return _Holder(t, None, None, None)
+        k, region, _ = self._register(t)
         return _Holder(t, k, self, region)
+
+    def note_cached(self, out) -> None:
+        """Tensors kept by selective activation checkpointing (op-level SAC keeps an op's output in
+        its own cache, which saved-tensor hooks never see): counted from now until their storage is
+        freed (after the backward has consumed the cached value)."""
+        if not self.active:
+            return
+        import weakref
+        for t in _tensors(out):
+            if _is_param_like(t, self.excluded):
+                continue
+            k, region, st = self._register(t)
+            if st is not None:      # without a storage object to watch it counts to the step's end
+                weakref.finalize(st, self._release, k, region)
 
     @staticmethod
     def _unpack(h):
@@ -276,6 +297,13 @@ def use_counter(counter):
         yield counter
     finally:
         _ACTIVE.remove(counter)
+
+
+def note_cached(out) -> None:
+    """Report tensors kept by selective activation checkpointing to the active counter (no-op when
+    nothing is counting)."""
+    if _ACTIVE:
+        _ACTIVE[-1].note_cached(out)
 
 
 @contextlib.contextmanager
@@ -457,3 +485,79 @@ class CommCounter(TorchDispatchMode):
                 "ops": {ax: {op: {"count": c, "bytes": b} for op, (c, b) in d.items()}
                         for ax, d in self.ops.items()},
                 "recv_bytes": {k: float(v) for k, v in self.recv_bytes.items()}}
+
+
+# ---- peak memory by torch's own accounting -----------------------------------------------------
+_GROUPS = {
+    # FSDPMemTracker categories (torch.distributed._tools.fsdp2_mem_tracker._FSDPRefType)
+    "Sharded Param": "params", "Unsharded Param": "params", "Sharded Grad": "grads",
+    "Unsharded Grad": "grads", "OptState": "optimizer", "Activation": "activations",
+    "Inputs": "activations", "Temp": "temporaries", "All Gather": "temporaries",
+    "Reduce Scatter": "temporaries", "Buffer": "temporaries",
+    # MemTracker categories (torch.distributed._tools.mem_tracker._MemRefType)
+    "Parameter": "params", "Gradient": "grads", "Optstate": "optimizer", "Other": "temporaries",
+}
+
+
+class PeakMemory:
+    """The peak of allocated tensor memory over one training step, by torch's own tracker.
+
+    `torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker` for FSDP2 runs, else
+    `torch.distributed._tools.mem_tracker.MemTracker` with the model chunks and the optimizer
+    registered. Both are TorchDispatchModes that follow every tensor storage (weak references,
+    `UntypedStorage.resize_` patched, which FSDP2 uses to free unsharded parameters) on any device,
+    CPU included, and keep the snapshot of the per-category bytes at the step's peak. Both refuse
+    a second forward of the root module within one tracking context (they take it for the next
+    iteration): `reset` is called before every micro-batch's forward to clear the per-module
+    statistics only — the peak and the live storages are kept. Pipeline schedules call the stage
+    modules themselves, so pp > 1 is not tracked (`supported`).
+
+    report(): {tool, peak_bytes, by_category (the tracker's own names), grouped: params (sharded +
+    unsharded), grads, optimizer, activations (+ inputs), temporaries (Temp: tensors made in
+    backward, all-gather and reduce-scatter buffers, buffers)}.
+    """
+
+    def __init__(self, chunks, optimizer, fsdp: bool, device):
+        self.device = torch.device(device)
+        if fsdp:
+            from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+            self.tool = "FSDPMemTracker"
+            self.tracker = FSDPMemTracker(chunks[0], getattr(optimizer, "opt", optimizer))
+        else:
+            from torch.distributed._tools.mem_tracker import MemTracker
+            self.tool = "MemTracker"
+            self.tracker = MemTracker()
+            self.tracker.track_external(*chunks, getattr(optimizer, "opt", optimizer))
+
+    @staticmethod
+    def supported(plan) -> bool:
+        return plan.pp == 1
+
+    def reset(self, _k=None) -> None:
+        self.tracker.reset_mod_stats()
+
+    def __enter__(self):
+        self.tracker.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.tracker.__exit__(*exc)
+        return False
+
+    def report(self) -> dict:
+        snap = self.tracker.get_tracker_snapshot("peak")
+        dev = snap.get(self.device)
+        if dev is None:
+            dev = next(iter(snap.values()), {})
+        by = {}
+        total = 0
+        for k, v in dev.items():
+            name = getattr(k, "value", str(k))
+            if name == "Total":
+                total = int(v)
+                continue
+            by[name] = int(v)
+        grouped = {g: 0 for g in ("params", "grads", "optimizer", "activations", "temporaries")}
+        for name, v in by.items():
+            grouped[_GROUPS.get(name, "temporaries")] += v
+        return {"tool": self.tool, "peak_bytes": total, "by_category": by, "grouped": grouped}

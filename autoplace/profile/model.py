@@ -242,16 +242,73 @@ class Attention(nn.Module):
         return self.wo(o)
 
 
-def _checkpoint(fn, *args):
+def _checkpoint(fn, *args, context_fn=None):
     """Non-reentrant activation checkpoint that recomputes the whole region in backward.
 
     torch's default early stop ends the recomputation once the last saved tensor is rebuilt (it
     skips the region's final ops, e.g. the TP all-reduce after the MLP's down projection); the cost
     model (and Megatron's full recompute) repeats the whole forward, so early stop is disabled.
+    context_fn: torch's selective-checkpoint contexts (`op_sac_context`), None for full recompute.
     """
     from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+    kw = {"context_fn": context_fn} if context_fn is not None else {}
     with set_checkpoint_early_stop(False):
-        return checkpoint(fn, *args, use_reentrant=False)
+        return checkpoint(fn, *args, use_reentrant=False, **kw)
+
+
+# ---- op-level selective activation checkpointing (torchtitan's "op" SAC) -----------------------
+def _sac_save_ops():
+    """Ops whose outputs op-level SAC keeps: matmuls (every second one, see `op_sac_context`), the
+    SDPA kernels of every backend — on CPU `_scaled_dot_product_flash_attention_for_cpu`, which
+    torchtitan's list lacks because it targets CUDA — the functional reduce-scatter (SP) and max
+    (float8 amax). The list of torchtitan/models/llama3/infra/parallelize.py, plus the CPU kernel."""
+    aten = torch.ops.aten
+    names = [(aten, "mm"), (aten, "_scaled_dot_product_flash_attention"),
+             (aten, "_scaled_dot_product_efficient_attention"),
+             (aten, "_scaled_dot_product_cudnn_attention"),
+             (aten, "_scaled_dot_product_attention_math"),
+             (aten, "_scaled_dot_product_fused_attention_overrideable"),
+             (aten, "_scaled_dot_product_flash_attention_for_cpu"),
+             (torch.ops._c10d_functional, "reduce_scatter_tensor"), (aten, "max")]
+    out = set()
+    for ns, name in names:
+        packet = getattr(ns, name, None)
+        if packet is not None and hasattr(packet, "default"):
+            out.add(packet.default)
+    return frozenset(out)
+
+
+def op_sac_context():
+    """A fresh pair of selective-checkpoint contexts for one checkpointed layer (torch calls this
+    `context_fn` once per region, so the matmul count restarts at every layer).
+
+    The policy is torchtitan's op-level SAC (torchtitan/distributed/activation_checkpoint.py,
+    `_apply_op_sac`): keep the outputs of the ops in `_sac_save_ops()`, except that matmuls
+    alternate — the 1st, 3rd, 5th, … `aten.mm` of the layer's forward are kept and the 2nd, 4th, …
+    recomputed; every other op (norms, RoPE, SiLU, products, residual adds) is recomputed. The
+    decoder's matmul order is wq, wk, wv, wo, w1, w3, w2 (separate projections, the same order as
+    torchtitan's Llama), so the kept ones are wq, wv, w1 and w2 and the recomputed ones wk, wo, w3.
+    Forward and recomputation count separately (older torch also asks the policy while
+    recomputing). Kept outputs are reported to the active saved-tensor counter
+    (`measure.note_cached`): SAC holds them in its own cache, out of reach of saved-tensor hooks.
+    """
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    save = _sac_save_ops()
+    mm = torch.ops.aten.mm.default
+    count = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        phase = "recompute" if ctx.is_recompute else "forward"
+        if func == mm:
+            count[phase] += 1
+        keep = func in save and not (func == mm and count[phase] % 2 == 0)
+        if keep and not ctx.is_recompute:
+            measure.note_cached(getattr(ctx, "op_output", None))
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def _core_attention(q, k, v):
@@ -315,7 +372,8 @@ class Decoder(nn.Module):
         # an untied copy whose gradient the runner all-reduces with the first stage's (tied reduce)
         need_out = last and (not spec.tied_embeddings or not first or untie_output)
         self.output = nn.Linear(spec.hidden, spec.vocab, bias=False) if need_out else None
-        self.checkpoint_layers: set = set()  # layer ids under full activation checkpointing
+        self.checkpoint_layers: set = set()  # layer ids under (full or op-SAC) activation checkpointing
+        self.checkpoint_context = None       # None: full recompute; op_sac_context: op-level SAC
         self.output_sp = None                # (tp group, tp mesh): Megatron-SP output projection
         cos, sin = rope_tables(seq_len, spec.d_head)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -336,7 +394,7 @@ class Decoder(nn.Module):
         for lid, layer in self.layers.items():
             if int(lid) in self.checkpoint_layers and torch.is_grad_enabled():
                 x = note_saved(x)
-                x = _checkpoint(layer, x, cos, sin)
+                x = _checkpoint(layer, x, cos, sin, context_fn=self.checkpoint_context)
             else:
                 x = layer(x, cos, sin)
         if self.last:
@@ -413,4 +471,4 @@ def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, 
 
 
 __all__ = ["Decoder", "RMSNorm", "init_weights", "make_batch", "cross_entropy", "reference_run",
-           "count_params", "swiglu", "note_saved", "rope_tables"]
+           "count_params", "swiglu", "note_saved", "rope_tables", "op_sac_context"]

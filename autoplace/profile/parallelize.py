@@ -84,12 +84,20 @@ def apply_tp(chunk: Decoder, tp_mesh, plan: Plan, sp_impl: str) -> None:
             layer.feed_forward.sp_group = tp_group
 
 
-def apply_recompute(chunks, plan: Plan) -> None:
-    """Activation recomputation: selective = the attention core of every layer; full = every
-    layer; block = the first k layers of this stage (`recompute_layers`, or `stage_recompute`)."""
+def apply_recompute(chunks, plan: Plan, selective_policy: str = "attention") -> None:
+    """Activation recomputation: selective = the attention core of every layer (policy
+    "attention", Megatron's selective recompute) or op-level SAC on every layer (policy "op-sac",
+    torchtitan's `selective_ac_option = "op"`: `model.op_sac_context`); full = every layer; block =
+    the first k layers of this stage (`recompute_layers`, or `stage_recompute`)."""
     if plan.recompute == "none":
         return
     if plan.recompute == "selective":
+        if selective_policy == "op-sac":
+            from autoplace.profile.model import op_sac_context
+            for c in chunks:
+                c.checkpoint_layers = {int(i) for i in c.layers.keys()}
+                c.checkpoint_context = op_sac_context
+            return
         for c in chunks:
             for layer in c.layers.values():
                 layer.attention.recompute_core = True
@@ -108,13 +116,32 @@ def apply_recompute(chunks, plan: Plan) -> None:
 
 
 def apply_fsdp(chunks, dp_mesh, plan: Plan) -> None:
-    """FSDP2 `fully_shard` on every layer and then on each chunk (ZeRO-3; reshard_after_forward:
-    FULL_SHARD vs SHARD_GRAD_OP; HSDP when `dp_mesh` is 2-D). Offload = `CPUOffloadPolicy`, which
-    moves params, grads and optimizer state together (`capabilities.fsdp2_cpu_offload`)."""
+    """FSDP2 `fully_shard` units as torchtitan makes them (models/llama3/infra/parallelize.py
+    `apply_fsdp`): the token embedding, every layer, the output projection, then each chunk as the
+    root (ZeRO-3; reshard_after_forward: FULL_SHARD vs SHARD_GRAD_OP; HSDP when `dp_mesh` is 2-D).
+    Every unit follows the plan's reshard_after_forward (torchtitan's "default" policy keeps the
+    last unit gathered; the plan says it here). Two differences from torchtitan: the final norm
+    (h parameters) stays in the root instead of sharing the output's unit — torch's
+    FSDPMemTracker replaces a multi-module unit's group hooks by per-module ones, which reshards
+    between the norm and the output and gathers the unit twice —, and a tied embedding that the
+    chunk's head reuses stays in the root. Offload = `CPUOffloadPolicy`, which moves params,
+    grads and optimizer state together (`capabilities.fsdp2_cpu_offload`).
+
+    Separate embedding and head units matter for memory: FSDP2 never reshards the root between
+    its forward and backward and reduce-scatters the root's gradients only after the whole
+    backward, so an embedding + output held by the root would stay gathered, with their unsharded
+    gradients, through every layer's backward; as their own units they are gathered only around
+    their own forward and backward, as `cost.memory.transient_bytes` assumes."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
     raf = bool(plan.reshard_after_forward)
     off = CPUOffloadPolicy() if fsdp2_cpu_offload(plan) else OffloadPolicy()
+    kw = dict(mesh=dp_mesh, reshard_after_forward=raf, offload_policy=off)
     for c in chunks:
+        head_uses_embedding = c.last and c.output is None
+        if c.tok_embeddings is not None and not head_uses_embedding:
+            fully_shard(c.tok_embeddings, **kw)
         for layer in c.layers.values():
-            fully_shard(layer, mesh=dp_mesh, reshard_after_forward=raf, offload_policy=off)
-        fully_shard(c, mesh=dp_mesh, reshard_after_forward=raf, offload_policy=off)
+            fully_shard(layer, **kw)
+        if c.last and c.output is not None:
+            fully_shard(c.output, **kw)
+        fully_shard(c, **kw)

@@ -4,9 +4,16 @@ Record (schema `PROFILE_SCHEMA_VERSION`):
   schema_version, index, status ("ok" | "skipped" | "failed" | "timeout" | "oom"), error,
   model, world, backend, plan (Plan.to_dict), plan_short, legal, violations (rule checker),
   ranks: [{rank, stage, step_s, state_bytes{params,grads,optimizer}, activation_bytes,
-           peak_memory_bytes, collective_bytes{dp,tp,pp,cp,ep}, ...}],
-  predicted: [{rank, stage, step_s, state_bytes{...}, activation_bytes, collective_bytes{...}}],
+           peak_memory_bytes (CUDA max_memory_allocated), peak_reserved_bytes (CUDA
+           max_memory_reserved), memory_tracker{tool, peak_bytes, by_category, grouped} (torch's
+           FSDPMemTracker / MemTracker over the instrumented step, any device, pp = 1),
+           collective_bytes{dp,tp,pp,cp,ep}, ...}],
+  predicted: [{rank, stage, step_s, state_bytes{...}, activation_bytes, collective_bytes{...},
+               memory{params, grads, optimizer, activations, transient, reserve, allocated,
+               reserved} (`cost.memory.stage_memory` of the rank's stage)}],
   state_bytes_exact, activation_gap (measured/predicted − 1, max |.| over ranks),
+  peak_memory_gap (measured peak / predicted − 1, max |.| over ranks: CUDA max_memory_reserved vs
+  predicted reserved, else the tracker's peak vs predicted allocated),
   collective_match (per axis: max relative gap over ranks),
   equivalence {equivalent, max_abs_diff, max_abs_diff_params, max_abs_diff_loss, steps, tolerance}.
 """
@@ -35,25 +42,61 @@ def executed_plan(plan):
     return plan
 
 
-def train_spec(settings: dict):
+CUDA_RESERVE_FRAC = 0.10
+"""The runner's caching-allocator reserve on CUDA (reserved = allocated · (1 + f)): it allocates and
+frees FSDP2 gather / reduce-scatter buffers every layer, like torchtitan (`reserve_frac` 0.10). On
+CPU there is no caching allocator: the `torch-native` runtime's 0."""
+
+
+def runner_runtime(settings: dict, backend: str = "gloo"):
+    """The RuntimeSpec the runner's runs are predicted with: the default runtime's kernel and
+    collective behaviour (what every step-time prediction and `autoplace calibrate` has used) with
+    the memory behaviour of the runner's own runtime (`settings.RUNNER_RUNTIME`, torch-native):
+    its selective policy replaced by the run's (`selective_policy`), its reserve 0 on CPU and
+    `CUDA_RESERVE_FRAC` on CUDA."""
+    import dataclasses
+
+    from autoplace.profile.settings import RUNNER_RUNTIME, selective_policy
+    from autoplace.runtimes import load_runtime
+    base = load_runtime(None)
+    mem = load_runtime(RUNNER_RUNTIME).memory
+    mem = dataclasses.replace(mem, selective=selective_policy(settings),
+                              reserve_frac=CUDA_RESERVE_FRAC if backend == "nccl" else mem.reserve_frac)
+    return dataclasses.replace(base, memory=mem)
+
+
+def train_spec(settings: dict, backend: str = "gloo"):
     from autoplace.specs.training import TrainingSpec
     return TrainingSpec(seq_len=int(settings["seq_len"]), global_batch=int(settings["global_batch"]),
-                        precision="fp32", regime="fp32", attention="flash", vocab_divisible_by=1)
+                        precision="fp32", regime="fp32", attention="flash", vocab_divisible_by=1,
+                        runtime=runner_runtime(settings, backend))
 
 
-def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None) -> dict:
+def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None,
+            backend: str = "gloo") -> dict:
     """The cost model's numbers for one rank of pipeline stage `stage`."""
     import numpy as np
 
-    from autoplace.cost.memory import model_state_bytes, stage_activation_bytes
+    from autoplace.cost.memory import (
+        allocated_bytes,
+        model_state_bytes,
+        reserved_bytes,
+        stage_activation_bytes,
+        stage_memory,
+    )
     from autoplace.placement.rules import Ctx
-    train = train_spec(settings)
+    train = train_spec(settings, backend)
     ctx = Ctx(spec, train, world)
     params, grads, optim = model_state_bytes(ctx, plan, stage)
+    sm = stage_memory(ctx, None, plan, stage)
+    mem = {k: float(np.asarray(v)) for k, v in sm.items() if k not in ("total", "overhead")}
+    mem["allocated"] = float(np.asarray(allocated_bytes(sm)))
+    mem["reserved"] = float(np.asarray(reserved_bytes(sm)))
     out = {"stage": stage,
            "state_bytes": {"params": float(np.asarray(params)), "grads": float(np.asarray(grads)),
                            "optimizer": float(np.asarray(optim))},
-           "activation_bytes": float(np.asarray(stage_activation_bytes(ctx, plan, stage)))}
+           "activation_bytes": float(np.asarray(stage_activation_bytes(ctx, plan, stage))),
+           "memory": mem}
     try:
         from autoplace.cost.comm import comm_bytes_per_step
         cb = comm_bytes_per_step(ctx, plan, stage)
@@ -92,6 +135,15 @@ def _rel(a, b):
     return a / b - 1.0
 
 
+def measured_peak(r: dict):
+    """A rank's measured peak: CUDA's max_memory_reserved when there is one, else the peak of
+    torch's memory tracker (allocated tensor bytes; on CPU reserved = allocated)."""
+    if r.get("peak_reserved_bytes"):
+        return r["peak_reserved_bytes"]
+    mt = r.get("memory_tracker")
+    return mt["peak_bytes"] if mt else None
+
+
 def build_record(spec, settings: dict, plan, world: int, ranks, *, status="ok", error=None,
                  backend="gloo", hardware=None, wall_s=None, index=None, tolerance=None) -> dict:
     from autoplace.placement.rules import Ctx, check
@@ -102,7 +154,7 @@ def build_record(spec, settings: dict, plan, world: int, ranks, *, status="ok", 
     rec = {"schema_version": PROFILE_SCHEMA_VERSION, "index": index, "status": status, "error": error,
            "model": spec.name, "world": world, "backend": backend,
            "settings": {k: settings[k] for k in ("seq_len", "global_batch", "steps", "warmup", "seed",
-                                                 "lr") if k in settings},
+                                                 "lr", "selective_policy") if k in settings},
            "plan": plan.to_dict(), "plan_short": plan.short(), "legal": not viol, "violations": viol,
            "wall_s": wall_s}
     if status != "ok" or not ranks:
@@ -114,12 +166,15 @@ def build_record(spec, settings: dict, plan, world: int, ranks, *, status="ok", 
     for r in ranks:
         st = r["stage"]
         if st not in cache:
-            cache[st] = predict(spec, settings, plan, world, st, hardware)
+            cache[st] = predict(spec, settings, plan, world, st, hardware, backend=backend)
         preds.append({"rank": r["rank"], **cache[st]})
     exact = all(all(abs(r["state_bytes"][k] - p["state_bytes"][k]) < 0.5
                     for k in ("params", "grads", "optimizer")) for r, p in zip(ranks, preds))
     gaps = [_rel(r["activation_bytes"], p["activation_bytes"]) for r, p in zip(ranks, preds)]
     gaps = [g for g in gaps if g is not None]
+    peak_gaps = [_rel(measured_peak(r), p["memory"]["reserved" if r.get("peak_reserved_bytes") else "allocated"])
+                 for r, p in zip(ranks, preds)]
+    peak_gaps = [g for g in peak_gaps if g is not None]
     comm_gap = {}
     for ax in ("dp", "tp", "pp"):
         worst = 0.0
@@ -148,6 +203,7 @@ def build_record(spec, settings: dict, plan, world: int, ranks, *, status="ok", 
         "dp_kind": ranks[0].get("dp_kind"),
         "ranks": ranks, "predicted": preds, "state_bytes_exact": exact,
         "activation_gap": max(gaps, key=abs) if gaps else None,
+        "peak_memory_gap": max(peak_gaps, key=abs) if peak_gaps else None,
         "collective_gap": comm_gap,
         "equivalence": equivalence,
         "step_s": max((r["step_s"] or 0.0) for r in ranks),

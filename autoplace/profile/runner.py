@@ -11,8 +11,8 @@ optimizer step, which is where `state_bytes` is read):
 | zero=1 (R,R,S)                | `ShardedAdam` (autoplace.profile.zero): Adam on flat 1/n     | Ψ, Ψ, Ψ/n             |
 |                               | shard views + reduce_scatter_tensor / all_gather_into_tensor |                       |
 | zero=2 (R,S,S)                | same, gradients reduce-scattered per micro-batch and freed   | Ψ, Ψ/n, Ψ/n           |
-| zero=3, reshard=1 (SG,S,S)    | FSDP2 `fully_shard(reshard_after_forward=True)` per block +  | Ψ/n, Ψ/n, Ψ/n         |
-|                               | root                                                         |                       |
+| zero=3, reshard=1 (SG,S,S)    | FSDP2 `fully_shard(reshard_after_forward=True)`: embedding,  | Ψ/n, Ψ/n, Ψ/n         |
+|                               | each block, output projection, root (torchtitan's units)     |                       |
 | zero=3, reshard=0 (SG-hold)   | FSDP2 `fully_shard(reshard_after_forward=False)`             | Ψ/n, Ψ/n, Ψ/n at rest |
 | dp_replicate=r (HSDP)         | FSDP2 on the 2-D mesh (dp_replicate, dp_shard); ZeRO-1/2:    | shard over dp_shard   |
 |                               | RS over dp_shard + AR over dp_replicate                      |                       |
@@ -27,10 +27,15 @@ optimizer step, which is where `state_bytes` is read):
 | recompute=full / block:k      | `torch.utils.checkpoint.checkpoint(use_reentrant=False)` per |                       |
 |                               | layer (all, or the first k of the stage)                     |                       |
 | recompute=selective           | checkpoint of the attention core only (Megatron's selective) |                       |
+|   (selective_policy="op-sac") | every block under `create_selective_checkpoint_contexts`     |                       |
+|                               | with torchtitan's op-level policy (`model.op_sac_context`)   |                       |
 | offload=params (zero=3)       | FSDP2 `CPUOffloadPolicy` (CUDA only; params, grads and       | 0, 0, 0 on device     |
 |                               | optimizer together: `capabilities.fsdp2_cpu_offload`)        |                       |
 | omit=dp_grad_reduce           | no DDP/FSDP wrapper: gradients stay local (negative control) |                       |
 | omit=sp_norm_reduce           | norms left as plain local modules under SP (negative control)|                       |
+
+The instrumented step also runs torch's memory tracker (`measure.PeakMemory`: FSDPMemTracker for
+FSDP2, MemTracker otherwise; pp = 1) for the peak of allocated bytes by category.
 
 Modules: `dist` (process group and mesh: `Runtime`), `capabilities` (what the runner can run here:
 `runner_refusals`), `parallelize` (TP/SP, recompute, FSDP2 on the model chunks), `build` (`Built`:
@@ -39,6 +44,7 @@ mesh, chunks, optimizer, pipeline) and this module, the measured training loop (
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 
@@ -67,6 +73,7 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
     times = []
     act = None
     comm = None
+    tracked = None
     sb = None
     if rt.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(rt.device)
@@ -79,11 +86,18 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
             counter = measure.SavedTensorCounter()
             counter.exclude_module_state(b.chunks, b.all_params())
             cc = measure.CommCounter(b.axis_of_group, b.group_sizes, b.axis_of_ranks)
-            with measure.use_counter(counter), counter.hooks(), cc:
+            tracker = (measure.PeakMemory(b.chunks, b.optimizer, b.dp_kind.startswith("fsdp2"), rt.device)
+                       if measure.PeakMemory.supported(plan) else None)
+            if tracker is not None:
+                b.before_microbatch = tracker.reset
+            with tracker or contextlib.nullcontext(), measure.use_counter(counter), counter.hooks(), cc:
                 lv = b.train_step(step)
+            b.before_microbatch = None
             rt.sync()
             act = counter.report()
             comm = cc.report()
+            tracked = tracker.report() if tracker is not None else None
+            del tracker
         else:
             lv = b.train_step(step)
             rt.sync()
@@ -94,9 +108,10 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
         if instrumented:
             sb = b.state_bytes()
         b.zero_grad()
-    peak_mem = None
+    peak_mem = peak_reserved = None
     if rt.device.type == "cuda":
         peak_mem = int(torch.cuda.max_memory_allocated(rt.device))
+        peak_reserved = int(torch.cuda.max_memory_reserved(rt.device))
     # global loss per step: mean of the contributions of loss-owning ranks
     glosses = []
     for lv in losses_local:
@@ -131,6 +146,8 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
         "activation_bytes_total": act["peak_total"] if act else None,
         "activation_bytes_by_region": act["peak_by_region"] if act else None,
         "peak_memory_bytes": peak_mem,
+        "peak_reserved_bytes": peak_reserved,
+        "memory_tracker": tracked,
         "collective_bytes": _axes(comm["bytes"]) if comm else None,
         "collectives": comm["ops"] if comm else None,
         "losses": glosses,
