@@ -161,7 +161,8 @@ def test_fsdp_mem_tracker_peak_on_cpu():
     """torch's MemTracker follows CPU storages: a known allocation pattern gives its exact peak."""
     m = torch.nn.Linear(64, 64, bias=False)
     opt = torch.optim.Adam(m.parameters(), foreach=False)
-    pm = measure.PeakMemory([m], opt, fsdp=False, device="cpu")
+    from autoplace.profile.peak import PeakMemory
+    pm = PeakMemory([m], opt, fsdp=False, device="cpu")
     with pm:
         x = torch.randn(32, 64)
         y = m(x)

@@ -34,7 +34,7 @@ optimizer step, which is where `state_bytes` is read):
 | omit=dp_grad_reduce           | no DDP/FSDP wrapper: gradients stay local (negative control) |                       |
 | omit=sp_norm_reduce           | norms left as plain local modules under SP (negative control)|                       |
 
-The instrumented step also runs torch's memory tracker (`measure.PeakMemory`: FSDPMemTracker for
+The instrumented step also runs torch's memory tracker (`peak.PeakMemory`: FSDPMemTracker for
 FSDP2, MemTracker otherwise; pp = 1) for the peak of allocated bytes by category.
 
 Modules: `dist` (process group and mesh: `Runtime`), `capabilities` (what the runner can run here:
@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from autoplace.plan import Plan
-from autoplace.profile import measure
+from autoplace.profile import measure, peak
 from autoplace.profile.build import Built
 from autoplace.profile.capabilities import Unsupported, check_runnable
 from autoplace.profile.dist import Runtime
@@ -86,8 +86,8 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
             counter = measure.SavedTensorCounter()
             counter.exclude_module_state(b.chunks, b.all_params())
             cc = measure.CommCounter(b.axis_of_group, b.group_sizes, b.axis_of_ranks)
-            tracker = (measure.PeakMemory(b.chunks, b.optimizer, b.dp_kind.startswith("fsdp2"), rt.device)
-                       if measure.PeakMemory.supported(plan) else None)
+            tracker = (peak.PeakMemory(b.chunks, b.optimizer, b.dp_kind.startswith("fsdp2"), rt.device)
+                       if peak.PeakMemory.supported(plan) else None)
             if tracker is not None:
                 b.before_microbatch = tracker.reset
             with tracker or contextlib.nullcontext(), measure.use_counter(counter), counter.hooks(), cc:
