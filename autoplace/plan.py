@@ -310,7 +310,25 @@ def parse_plan(text: str | None) -> Plan:
         if key in given:
             raise InputError(f"--plan: '{key}' is given twice ('{given[key]}' and '{item}'); give each key once")
         given[key] = item
+        if key == "dp_shard":             # derived (dp / dp_replicate): read it as the HSDP split
+            try:
+                kw[key] = int(v)
+            except ValueError:
+                raise InputError(f"--plan: dp_shard must be an integer, got '{v}'") from None
+            continue
         kw[key] = _coerce(key, v)
+    if "dp_shard" in kw:
+        n = kw.pop("dp_shard")
+        if n < 1:
+            raise InputError(f"--plan: dp_shard must be ≥ 1, got {n}")
+        if "dp_replicate" in kw:
+            raise InputError("--plan: give dp_replicate or dp_shard, not both (dp = dp_replicate × dp_shard)")
+        if not kw.get("dp"):
+            raise InputError(f"--plan: dp_shard={n} needs dp (dp_replicate = dp / dp_shard); or give "
+                             "dp_replicate, the HSDP replicate degree")
+        if kw["dp"] % n:
+            raise InputError(f"--plan: dp_shard={n} does not divide dp={kw['dp']}")
+        kw["dp_replicate"] = kw["dp"] // n
     if "zero" in kw and kw["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--plan: zero must be 0, 1, 2 or 3, got {kw['zero']}")
     for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate"):

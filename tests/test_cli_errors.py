@@ -18,6 +18,8 @@ runner = CliRunner()
     (["search", "--model", "13b", "--gpus", "8", "--emit", "/dev/null"], EXIT_INPUT, "--emit: '/dev/null' exists"),
     (["search", "--model", "13b", "--gpus", "8", "--seq-len", "0"], EXIT_INPUT, "--seq-len must be ≥ 1"),
     (["estimate", "--model", "13b", "--gpus", "64", "--plan", "tp=2,tp=4"], EXIT_INPUT, "'tp' is given twice"),
+    (["estimate", "--model", "13b", "--gpus", "64", "--plan", "dp_shard=8"], EXIT_INPUT, "dp_shard=8 needs dp"),
+    (["estimate", "--model", "13b", "--gpus", "64", "--plan", "dp=64,dp_shard=3"], EXIT_INPUT, "does not divide dp=64"),
     (["search", "--model", "13b", "--gpus", "64", "--hardware", "h100xyz"], EXIT_INPUT, "unknown profile 'h100xyz'"),
     (["estimate", "--model", "13b", "--gpus", "8", "--plan", "zero=0"], EXIT_NO_FEASIBLE, "does not fit"),
     (["estimate", "--model", "13b", "--plan", "zero=1"], EXIT_INPUT, "--gpus is required"),
