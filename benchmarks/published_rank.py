@@ -5,8 +5,9 @@
 For each Narayanan et al. 2021 (SC21) Table 1 record in shared/validation/public_runs.json (GPT
 shapes on A100-SXM4-80GB, seq 2048, the record's GPU count and global batch, fp16 with Megatron's
 fp16 optimizer-state regime, eager attention with dropout as in 2021): the published plan
-(dp, tp, pp, vpp, mbs, full recompute, no ZeRO, no SP) is estimated, then the `megatron` space is
-searched exhaustively. Reported: the published plan's predicted step time and rank among the
+(dp, tp, pp, vpp, mbs, full recompute, no ZeRO, no SP) is estimated, then the `megatron` space (the
+default space cut to the megatron-core runtime, with that runtime's capability rules, as
+`autoplace search --space megatron` applies them) is searched exhaustively. Reported: the published plan's predicted step time and rank among the
 feasible plans (1 = the search's optimum; plans predicted strictly faster + 1), the search winner
 and its predicted time, and the measured iteration time derived from the paper's TFLOP/s.
 
@@ -34,6 +35,8 @@ from rich.table import Table  # noqa: E402
 from autoplace.cost.step import evaluate  # noqa: E402
 from autoplace.placement.rules import Ctx, check  # noqa: E402
 from autoplace.plan import Plan  # noqa: E402
+from autoplace.runtimes import load_runtime  # noqa: E402
+from autoplace.runtimes.check import capability_rules  # noqa: E402
 from autoplace.search.exhaustive import run_exhaustive  # noqa: E402
 from autoplace.search.space import load_space  # noqa: E402
 from autoplace.specs.hardware import load_hardware  # noqa: E402
@@ -72,6 +75,8 @@ def main(argv=None) -> int:
     recs = [r for r in json.loads(Path(a.runs).read_text()) if r["id"].startswith("narayanan2021-t1")]
     hw = load_hardware("a100-80gb")
     space = load_space(a.space)
+    # a runtime-cut space (--space megatron|fsdp) carries its runtime's capability rules (search.driver)
+    rules = tuple(capability_rules(load_runtime(space.runtime))) if space.runtime else ()
     t = Table(title=f"SC21 Table 1 plans vs search ('{space.name}' space, {hw.name}, fp16, seq 2048)")
     for c in ("model", "GPUs", "B", "published plan", "pred. s", "fits", "rank", "feasible plans",
               "winner", "winner s", "speed-up", "measured s", "search s"):
@@ -91,7 +96,7 @@ def main(argv=None) -> int:
         ps, fits = float(np.asarray(ev["step_s"])), bool(np.asarray(ev["fits"]))
         t0 = time.perf_counter()
         r = run_exhaustive(ctx, hw, space, top_k=1, collapse_block=not a.exact,
-                           threshold=ps if (fits and not bad) else None)
+                           threshold=ps if (fits and not bad) else None, extra_rules=rules)
         secs = time.perf_counter() - t0
         st = r["stats"]
         win = r["top"].plan(0) if len(r["top"]) else None
