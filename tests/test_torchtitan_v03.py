@@ -1,7 +1,7 @@
 """torchtitan 0.3 (Python job configs, PR #2386) validates the emitted `autoplace_torchtitan_job.py`:
 its own ConfigManager loads `--module autoplace_torchtitan_job --config autoplace_job` (tyro parse and
 `_validate_config`) in a subprocess, because 0.3 cannot share the venv with 0.2.2. The 0.3 package
-lives in `.venv-tt03` (`.ci/run`: pip install --no-deps --target .venv-tt03 torchtitan==0.3.0); the
+lives in `.venv-tt03` (`.ci/run`: pip install --no-deps --target .venv-tt03 torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1); the
 test skips when it is absent. The parsed sections must equal the plan."""
 
 from __future__ import annotations
