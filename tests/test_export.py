@@ -329,6 +329,13 @@ def test_deepspeed_partial_offload_and_buckets():
     z = c["zero_optimization"]
     assert z["offload_optimizer"]["ratio"] == 0.25 and "offload_param" not in z
     assert z["reduce_bucket_size"] == 100_000_000                 # 200 MB of 2-byte gradients
+    # DeepSpeed moves whole sub-groups to the host (zero/stage3.py: i ≥ int((1 − ratio)·n)); with the
+    # 1e9 default the rank's 13e9/64 partition would be one sub-group, offloaded whatever the ratio
+    per_rank = M13.total_params() / 64
+    assert z["sub_group_size"] == -(-per_rank // deepspeed.PARTIAL_OFFLOAD_SUBGROUPS)
+    assert per_rank / z["sub_group_size"] > 19
+    full = json.loads(deepspeed.emit(job_of(M13, T13, "zero=3,offload=grads,mbs=1", 64))["ds_config.json"])
+    assert full["zero_optimization"]["sub_group_size"] == 1_000_000_000   # DeepSpeed's default
 
 
 def test_torchtitan_fsdp_tp_pp_interleaved():

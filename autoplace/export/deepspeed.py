@@ -14,7 +14,14 @@ Keys and checks follow deepspeedai/DeepSpeed `deepspeed/runtime/config.py` (batc
   DeepSpeed's default 1e5;
 * offload: DeepSpeed's ``offload_optimizer`` keeps the optimizer state *and* the fp32 gradient
   partition on the host — the plan's offload=grads; offload=params adds ``offload_param``
-  (ZeRO-3 only); a partial optimizer offload (φ < 1) is ``offload_optimizer.ratio`` (ZeRO-3 only);
+  (ZeRO-3 only); a partial optimizer offload (φ < 1) is ``offload_optimizer.ratio`` (ZeRO-3 only).
+  Stage 3 applies the ratio per optimizer *sub-group* (``zero/stage3.py`` _setup_for_real_optimizer:
+  sub-group i of n goes to the host when i ≥ int((1 − ratio)·n)), and sub-groups are whole
+  parameters packed up to ``sub_group_size`` partition elements: with the default 1e9 a rank's
+  partition is usually one sub-group, which then goes to the host whatever the ratio. So a partial
+  offload writes sub_group_size = ⌈Ψ/dp / PARTIAL_OFFLOAD_SUBGROUPS⌉ (at most the 1e9 default),
+  about 20 sub-groups per rank, i.e. φ honoured to ~1/20 of the partition (whole parameters
+  permitting);
 * ``activation_checkpointing`` describes what the model code checkpoints (number_checkpoints =
   checkpointed layers per stage); the model itself must call deepspeed.checkpointing / PipelineModule
   ``activation_checkpoint_interval``.
@@ -28,12 +35,15 @@ offload ratio ZeRO-3 only, PipelineModule checkpoint interval).
 from __future__ import annotations
 
 import json
+import math
 
 from autoplace.export.common import ExportJob, as_job, header_lines, recompute_per_stage, zero_level
 from autoplace.export.launcher import Launcher, _a, recompute_kind, rule
 
 NAME = "deepspeed"
 FILES = ("ds_config.json", "deepspeed_launch.sh")
+SUB_GROUP_SIZE = 1_000_000_000      # zero/config.py sub_group_size default (1e9 elements)
+PARTIAL_OFFLOAD_SUBGROUPS = 20      # sub-groups per rank for offload_optimizer.ratio < 1 (see module doc)
 
 
 def _rules() -> tuple:
@@ -91,6 +101,18 @@ def bucket_elements(job: ExportJob) -> tuple[float, float]:
     return n, n
 
 
+def sub_group_size(job: ExportJob) -> int:
+    """ZeRO-3 ``sub_group_size`` in elements: DeepSpeed's default, except under a partial optimizer
+    offload, where offload_optimizer.ratio moves whole sub-groups to the host (the fraction of
+    sub-groups i ≥ int((1 − ratio)·n), zero/stage3.py), so the rank's partition Ψ/dp is cut into about
+    PARTIAL_OFFLOAD_SUBGROUPS of them."""
+    plan = job.plan
+    if plan.off < 2 or plan.offload_fraction >= 1:
+        return SUB_GROUP_SIZE
+    per_rank = job.model.total_params() / max(1, plan.dp)
+    return max(1, min(SUB_GROUP_SIZE, math.ceil(per_rank / PARTIAL_OFFLOAD_SUBGROUPS)))
+
+
 def notes(job) -> list[str]:
     job = as_job(job)
     out = []
@@ -99,6 +121,10 @@ def notes(job) -> list[str]:
                    "DeepSpeed then uses dp = W/pp for the batch identity")
     if recompute_per_stage(job).kind in ("full", "block"):
         out.append("the model code must checkpoint the layers (activation_checkpointing only configures it)")
+    if job.plan.off >= 2 and job.plan.offload_fraction < 1 and zero_level(job.plan)[0] == 3:
+        out.append(f"offload_optimizer.ratio={job.plan.offload_fraction:g}: DeepSpeed offloads whole optimizer "
+                   f"sub-groups, so sub_group_size={sub_group_size(job)} cuts each rank's partition into about "
+                   f"{PARTIAL_OFFLOAD_SUBGROUPS} of them")
     if job.plan.dp_bucket_mb <= 0:
         out.append(f"dp_bucket_mb unset in the plan: ds_config uses the runtime's {bucket_elements(job)[0]:.3g}-element "
                    "buckets (reduce_bucket_size, DeepSpeed's default)")
@@ -140,7 +166,7 @@ def config(job: ExportJob) -> dict:
                   "stage3_param_persistence_threshold": 100_000,   # zero/config.py default (1e5)
                   "stage3_max_live_parameters": 1_000_000_000,
                   "stage3_max_reuse_distance": 1_000_000_000,
-                  "sub_group_size": 1_000_000_000,
+                  "sub_group_size": sub_group_size(job),
                   "stage3_gather_16bit_weights_on_model_save": True})
     if plan.off >= 2:
         oo = {"device": "cpu", "pin_memory": True}
