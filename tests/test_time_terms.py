@@ -72,6 +72,16 @@ def test_allgather_and_reduce_scatter_are_half_an_allreduce(hw):
 def test_alltoall_and_p2p(hw):
     # A2A over 16 ranks, 2 nodes: 7/16 of S over NVLink, 8/16 over the NIC
     assert N.alltoall_time(hw, 1 * GB, 16, 1) == pytest.approx(7 / 16 * 0.01 + 8 / 16 * 0.1, rel=1e-12)
+    # DeepEP / hybrid-EP (dedup_k = top-k): a token goes once to each *rank* holding any of its k
+    # experts, once to each remote node; 8 ranks in one node, k = 8: 8(1 − (7/8)^8) = 5.25 distinct
+    # ranks per token instead of 8 copies
+    one = N.alltoall_time(hw, 1 * GB, 8, 1)
+    assert one == pytest.approx(7 / 8 * 0.01, rel=1e-12)
+    hit = 8 * (1 - (7 / 8) ** 8)
+    assert N.alltoall_time(hw, 1 * GB, 8, 1, dedup_k=8) == pytest.approx(one * hit / 8, rel=1e-12)
+    # a gate that picks k = 8 consecutive of 128 experts (16 per rank): 1 + 7/16 ranks per token
+    assert N.alltoall_time(hw, 1 * GB, 8, 1, dedup_k=8, span=1, experts=128) == \
+        pytest.approx(one * (1 + 7 / 16) / 8, rel=1e-12)
     # P2P to the neighbour rank vs to the next node
     assert N.p2p_time(hw, 1 * GB, 1) == pytest.approx(0.01)
     assert N.p2p_time(hw, 1 * GB, 8) == pytest.approx(0.1)

@@ -320,6 +320,48 @@ def test_llm_foundry_six_n_reproduces_reported_tflops():
     assert F.detect("something nobody defined", "mfu") is None
 
 
+def test_megatron_bridge_convention_reproduces_each_records_flops_per_token():
+    """Megatron-Bridge flop_utils (causal attention core at s/2, exact sliding-window context, no
+    router GEMM, MLA and MTP terms): TFLOP/s ÷ tokens/s of every Megatron-Bridge row — dense Llama,
+    DeepSeek-V3 (MLA, MTP), Qwen3 and Kimi MoE, gpt-oss (windowed layers) — within 0.3 %."""
+    if not MODERN.exists():
+        pytest.skip("modern validation file not available")
+    from autoplace.cost.compute import model_flops_per_step
+    from autoplace.placement.rules import Ctx
+    conv = F.detect("Megatron-Bridge 'Model TFLOP/sec/GPU' (model FLOPs)", "tflops_per_gpu")
+    assert conv.name == "megatron_bridge" and conv.from_model == {"causal": True, "router": False}
+    rows = [r for r in load_records(MODERN) if r["id"].startswith("mbridge2606")]
+    assert len(rows) == 21
+    for r in rows:
+        mp = map_shaped(r)
+        per_tok = model_flops_per_step(Ctx(mp.model, mp.train, mp.world), **conv.from_model) / mp.train.tokens_per_step
+        meas = r["measured"]["tflops_per_gpu"] * 1e12 / r["measured"]["tokens_per_sec_per_gpu"]
+        assert abs(per_tok / meas - 1) < 0.003, (r["id"], per_tok / 1e9, meas / 1e9)
+    # hand check, Llama-3.1-405B at s = 8192: 6·(L·(attention + MLP GEMMs) + h·V) + 6·L·(s/2)·2·q_width
+    L, h, f, V, s, q, kv = 126, 16384, 53248, 128256, 8192, 16384, 1024
+    gemm = L * (h * (q + 2 * kv) + q * h + 3 * h * f) + h * V
+    hand = 6 * gemm + 6 * L * (s / 2) * 2 * q
+    mp = map_shaped(next(r for r in rows if "llama31405b-fp8-256gpu" in r["id"] and "gb200" in r["id"]))
+    got = model_flops_per_step(Ctx(mp.model, mp.train, mp.world), causal=True, router=False) / mp.train.tokens_per_step
+    assert got == pytest.approx(hand, rel=1e-9)
+
+
+def test_a_script_vocab_override_yields_to_the_sources_own_flop_count():
+    """gpt-oss-120b rows: the notes say the perf script sets vocab_size=128256, but the printed
+    TFLOP/s ÷ tokens/s (32.59 GFLOP/token) is the count with the HF vocabulary 201088 (128256 gives
+    31.37): the mapping keeps 201088 and says why."""
+    if not MODERN.exists():
+        pytest.skip("modern validation file not available")
+    r = next(x for x in load_records(MODERN) if x["id"] == "mbridge2606-gb300-gptoss120b-mxfp8-64gpu-gbs1280")
+    mp = map_shaped(r)
+    assert mp.model.vocab == 201088
+    assert any("the source's TFLOP/s ÷ tokens/s" in a for a in mp.assumptions)
+    # without the two measured rates there is no evidence: the notes' override stands
+    r2 = copy.deepcopy(r)
+    del r2["measured"]["tflops_per_gpu"]
+    assert map_shaped(r2).model.vocab == 128256
+
+
 # ---- per-metric error arithmetic --------------------------------------------------------------
 def _predicted_step(rec):
     mp = map_shaped(rec)
@@ -619,7 +661,7 @@ MODERN = PUBLIC.parent / "modern_runs.json"
 def test_modern_set_regression():
     """The 2024–2026 set (issue 11): every record maps and predicts (coverage 100 %), each stack
     reads its runtime, and the tokens/s error does not drift above where the model stands
-    (README "Accuracy on 2024–2026 stacks": mean 15.0 %, max 100.7 % — issue 11's ≤ 10 / ≤ 25 %
+    (README "Accuracy on 2024–2026 stacks": mean 14.9 %, max 96.9 % — issue 11's ≤ 10 / ≤ 25 %
     targets are not met; this guards the present, it does not claim them)."""
     if not MODERN.exists():
         pytest.skip("modern validation file not available")
@@ -627,8 +669,8 @@ def test_modern_set_regression():
     results, _ = run(load_records(MODERN))
     tg = modern_targets(results)
     assert tg["coverage"] == 1.0 and tg["rows"] == tg["records"] == 36
-    assert tg["tokens_mean"] <= 16.0, tg["worst"]
-    assert tg["tokens_max"] <= 105.0, tg["worst"]
+    assert tg["tokens_mean"] <= 15.5, tg["worst"]
+    assert tg["tokens_max"] <= 100.0, tg["worst"]
     by = {r.id: r for r in results}
     rt = {rid: r.mapping["runtime"] for rid, r in by.items()}
     assert {v for k, v in rt.items() if k.startswith("mbridge2606")} == {"megatron-core"}

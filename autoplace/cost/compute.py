@@ -283,12 +283,16 @@ def head_compute_times(ctx, hw, p):
             "logits_flops_f": 2.0 * T * Vl * m.hidden}
 
 
-def model_flops_per_step(ctx, p=None):
+def model_flops_per_step(ctx, p=None, *, causal: bool = False, router: bool = True):
     """Model FLOPs per optimizer step, whole cluster (recompute excluded), Megatron-Core convention:
     6 × (GEMM FLOPs of active weights + logits) per token + attention 6·L·2·k̄·H·(d_qk + d_v) per
     token, k̄ = the keys a query attends to counted as the full square s on global layers (Megatron
     does not halve for causality) and the window w on sliding-window layers; MLA uses its own
-    head widths; MTP modules add their layer, projection and a second logits GEMM."""
+    head widths; MTP modules add their layer, projection and a second logits GEMM.
+
+    `causal=True, router=False` is Megatron-Bridge's count (`training/utils/flop_utils.py`
+    transformer_flops, the 26.x containers): the causal average s/2 on global layers and
+    w − w(w − 1)/(2s) on windowed ones, no router GEMM."""
     m, t = ctx.model, ctx.train
     tokens = t.tokens_per_step
     if m.states_only:
@@ -297,14 +301,15 @@ def model_flops_per_step(ctx, p=None):
     attn_w = sum(k * n for _, k, n, _ in m.attn_linears())
     fm = m.n_moe_layers / m.layers if m.is_moe else 0.0
     dense_mlp = (3 if m.gated_mlp else 2) * h * m.ffn_hidden
-    moe_mlp = m.top_k * (3 if m.gated_mlp else 2) * h * m.f_expert + h * m.num_experts
+    moe_mlp = m.top_k * (3 if m.gated_mlp else 2) * h * m.f_expert + (h * m.num_experts if router else 0)
     if m.shared_expert_ffn_hidden:
         moe_mlp += (3 if m.gated_mlp else 2) * h * m.shared_expert_ffn_hidden
     per_layer = attn_w + (1 - fm) * dense_mlp + fm * moe_mlp
     s = float(t.seq_len)
     w = float(m.sliding_window)
-    k_full = s
-    k_bar = (m.windowed_share * min(w, s) + (1 - m.windowed_share) * k_full) if w else k_full
+    k_full = s / 2.0 if causal else s
+    k_win = (w - w * (w - 1.0) / (2.0 * s) if causal else w) if w < s else k_full
+    k_bar = (m.windowed_share * k_win + (1 - m.windowed_share) * k_full) if w else k_full
     attn = m.layers * k_bar * m.heads * (m.d_qk + m.d_v)   # × 6 → fwd + bwd of QKᵀ and PV per token
     gemm = m.layers * per_layer + h * m.vocab
     if m.mtp_layers:

@@ -94,16 +94,27 @@ def gather_time(hw, S, n, stride, n_coll=1.0, op: str = "ag"):
     return np.where(_w(n) > 1, bw + _w(n_coll) * lat, 0.0)
 
 
-def alltoall_time(hw, S, n, stride, dedup_k=0.0, efficiency=1.0, span=0):
-    """All-to-all of S bytes per rank. `dedup_k` > 0: the S bytes are k routed copies of each token
-    and the dispatcher sends a token to each remote domain once (DeepEP): of the k(g−1)/g remote
-    copies only the g(1 − (1 − 1/g)^k)·(g−1)/g distinct remote domains cross the NIC."""
+def alltoall_time(hw, S, n, stride, dedup_k=0.0, efficiency=1.0, span=0, experts=0):
+    """All-to-all of S bytes per rank: k routed copies of each token, spread evenly over the n ranks.
+
+    `dedup_k` > 0 (DeepEP / hybrid-EP, DeepEP `get_dispatch_layout`: `is_token_in_rank`): a token is
+    sent once per destination *rank* holding any of its experts (random routing: n(1 − (1 − 1/n)^k)
+    of them; `span` > 0, a gate that picks k consecutive of the `experts`: 1 + (k − 1)·n/E ranks),
+    and once per remote *domain* across the NIC, then forwarded over NVLink inside that domain
+    (g(1 − (1 − 1/g)^k) distinct domains, or `span`). `dedup_k` = 0: the NCCL all-to-all of the
+    permuted tokens, one copy per routed expert."""
     k, g = _links(hw, n, stride)
     n = _w(n)
     dk = _w(dedup_k)
-    distinct = np.minimum(_w(span), g) if span else g * (1.0 - (1.0 - 1.0 / g) ** np.maximum(dk, 1.0))
-    dedup = np.where((dk > 0) & (g > 1), distinct / np.maximum(dk, 1.0), 1.0)
-    bw = ((k - 1.0) / n * S / hw.intra_bw + (n - k) / n * S * dedup / hw.inter_bw) / efficiency
+    kk = np.maximum(dk, 1.0)
+    distinct = np.minimum(_w(span), g) if span else g * (1.0 - (1.0 - 1.0 / g) ** kk)
+    dedup = np.where((dk > 0) & (g > 1), distinct / kk, 1.0)
+    if span and experts:
+        ranks_hit = np.minimum(1.0 + (kk - 1.0) * n / float(experts), np.minimum(kk, n))
+    else:
+        ranks_hit = n * (1.0 - (1.0 - 1.0 / n) ** kk)
+    rank_dedup = np.where(dk > 0, ranks_hit / kk, 1.0)
+    bw = ((k - 1.0) / n * S * rank_dedup / hw.intra_bw + (n - k) / n * S * dedup / hw.inter_bw) / efficiency
     lat = (k - 1.0) * hw.intra_latency + (n - k) * hw.inter_latency / np.maximum(k, 1.0)
     return np.where(n > 1, bw + lat, 0.0)
 

@@ -69,7 +69,7 @@ def _per_layer_comm(ctx, hw, p):
         S_ep = _w(p.mbs) * t.seq_len / (_w(p.cp) * t_sp) * m.top_k * m.hidden * t.b_A
         cm = t.rt.comm
         a2a = N.alltoall_time(hw, S_ep, p.ep, st["ep"], m.top_k if cm.a2a_node_dedup else 0.0,
-                              cm.a2a_efficiency, cm.expert_span) * (m.n_moe_layers / m.layers)
+                              cm.a2a_efficiency, cm.expert_span, m.num_experts) * (m.n_moe_layers / m.layers)
     else:
         a2a = _w(0.0)
     return tp_f, tp_b, tp_rc, cp_one, 2.0 * cp_one, 2.0 * a2a, 2.0 * a2a, tp_b_ovl

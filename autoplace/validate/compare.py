@@ -27,8 +27,10 @@ import re
 
 import numpy as np
 
+from autoplace.cost import compute as K
 from autoplace.errors import AutoplaceError
 from autoplace.estimate import estimate
+from autoplace.placement.rules import Ctx
 from autoplace.validate import flops as F
 from autoplace.validate.mapping import (
     GIB,
@@ -257,6 +259,9 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
                 mflops = tm["tflops_per_gpu"] * 1e12 * W * step
                 flops = mflops * (tm["hfu"] / tm["mfu"] if base == "hfu" and tm["mfu"] else 1.0)
                 conv_name = "autoplace (definition not recognised)"
+            elif conv.from_model is not None:
+                flops = K.model_flops_per_step(Ctx(mp.model, mp.train, mp.world), **conv.from_model)
+                conv_name = conv.name
             elif mp.recompute == "block" and conv.takes_recompute:
                 # some layers recomputed in full: the hardware count between none and full, by layer share
                 frac = min(mp.plan.recompute_layers * mp.plan.pp / max(mp.model.layers, 1), 1.0)

@@ -13,6 +13,11 @@ Formulas are per optimizer step (B = global batch in sequences):
   megatron_core      12·B·s·L·h²·[(1 + G/H + s/h)·q/h + (f/h)·k·(1.5 if gated) + V/(2Lh)]
   six_n              B·(6·N·s + 12·L·d·s²)          (llm-foundry / PaLM-style; N = reported params)
   six_n_hfu          ×4/3 of six_n when activation checkpointing is on (llm-foundry HFU)
+  megatron_bridge    Megatron-Bridge flop_utils (26.x): every GEMM of the active weights and the logits
+                     ×6, causal attention core at s/2 keys per query (w − w(w−1)/(2s) on windowed
+                     layers), MLA / MoE / MTP terms, no router — from the model spec itself
+                     (autoplace.cost.compute.model_flops_per_step(causal=True, router=False)), since
+                     MoE and MLA shapes do not fit the dense Shape above
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class Convention:
     label: str
     fn: Callable                      # (Shape, B[, recompute]) -> FLOPs per step
     takes_recompute: bool = False
+    from_model: dict | None = None    # keyword arguments of model_flops_per_step: counted on the model spec
 
     def flops(self, sh: Shape, B: float, recompute: str = "none") -> float:
         return self.fn(sh, B, recompute) if self.takes_recompute else self.fn(sh, B)
@@ -98,6 +104,8 @@ CONVENTIONS = {
                                 megatron_core),
     "six_n": Convention("six_n", "6N·s + 12·L·d·s² per sequence", six_n),
     "six_n_hfu": Convention("six_n_hfu", "6N-style HFU (×4/3 with activation checkpointing)", six_n_hfu, True),
+    "megatron_bridge": Convention("megatron_bridge", "Megatron-Bridge flop_utils (causal attention, no router)",
+                                  None, from_model={"causal": True, "router": False}),
 }
 
 
@@ -120,6 +128,8 @@ def detect(definition: str | None, metric: str) -> Convention | None:
         return CONVENTIONS["narayanan_eq3"]
     if "3*2*n*seq" in t or "2*n*seq" in t or re.search(r"(?<![\d.])6\*?n(?![a-z])", t):
         return CONVENTIONS["six_n_hfu" if hfu else "six_n"]
+    if "megatron-bridge" in t:
+        return CONVENTIONS["megatron_bridge"]
     if "num_floating_point_operations" in t or "12*b*s*l*h^2" in t:
         return CONVENTIONS["megatron_core"]
     return None

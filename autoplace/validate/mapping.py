@@ -414,6 +414,7 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
         gb = mbs * kw["dp"] * ga
         assumptions.append(f"global batch = mbs·dp·grad_accum = {gb}")
     train = map_training(rec, rt, seq, gb, assumptions)
+    model = _vocab_by_flop_count(rec, model, train, world, assumptions)
     ep, etp = _expert_degrees(rec, model, kw["dp"], kw["cp"], kw["tp"], hw, knobs, assumptions, rt)
     kw.update(ep=ep, etp=etp)
     if not model.is_moe:
@@ -455,6 +456,33 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     return Mapped(model=model, train=train, plan=p, hw=hw, world=world, framework=rt.family,
                   recompute=p.recompute, peak_stated=peak * 1e12 if peak else None,
                   assumptions=assumptions)
+
+
+def _vocab_by_flop_count(rec: dict, model: ModelSpec, train: TrainingSpec, world: int, assumptions: list) -> ModelSpec:
+    """Where the notes override the stated vocabulary (a script's vocab_size) and the record prints
+    both TFLOP/s under a convention counted on the model spec and tokens/s, the source's own FLOP
+    count per token says which vocabulary the run's model had: keep the override unless only the
+    stated vocabulary reproduces that count (within 1 %)."""
+    from autoplace.cost.compute import model_flops_per_step
+    from autoplace.placement.rules import Ctx
+    from autoplace.validate import flops as F
+    stated = as_int((rec.get("model") or {}).get("vocab"))
+    meas = rec.get("measured") or {}
+    tf, tok = as_float(meas.get("tflops_per_gpu")), as_float(meas.get("tokens_per_sec_per_gpu"))
+    conv = F.detect(F.definition_for(meas, "tflops_per_gpu"), "tflops_per_gpu")
+    if not (stated and stated != model.vocab and tf and tok and conv and conv.from_model is not None):
+        return model
+
+    def per_token(m):
+        return model_flops_per_step(Ctx(m, train, world), **conv.from_model) / train.tokens_per_step
+
+    target = tf * 1e12 / tok
+    alt = replace(model, vocab=stated)
+    if abs(per_token(model) / target - 1) > 0.01 >= abs(per_token(alt) / target - 1):
+        assumptions.append(f"vocab {model.vocab} → {stated}: the source's TFLOP/s ÷ tokens/s "
+                           f"({target / 1e9:.2f} GFLOP/token, {conv.label}) is the count with vocab {stated}")
+        return alt
+    return model
 
 
 def largest_layer_from_text(rec: dict) -> float | None:
