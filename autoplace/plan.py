@@ -30,7 +30,7 @@ _ALIASES = {
     "offload": "offload", "offload_fraction": "offload_fraction", "phi": "offload_fraction",
     "mbs": "mbs", "micro_batch": "mbs", "b": "mbs", "schedule": "schedule",
     "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
-    "order": "rank_order", "reshard": "reshard_after_forward",
+    "order": "rank_order", "reshard": "reshard_after_forward", "pp_flushes": "pp_flushes", "flushes": "pp_flushes",
     "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap", "tp_async": "tp_async", "dp_bucket_mb": "dp_bucket_mb", "bucket_mb": "dp_bucket_mb",
     "dp_overlap": "dp_overlap", "ep_overlap": "ep_overlap", "bwd_prefetch": "bwd_prefetch", "fetch_sync": "fetch_sync", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
     "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
@@ -86,6 +86,10 @@ class Plan:
     """Pipeline schedule: 1f1b | interleaved | gpipe."""
     vpp_group: int = 0
     """Interleaved micro-batch group size G; 0 → pp (Megatron's default)."""
+    pp_flushes: int = 1
+    """Pipeline schedules per optimizer step, each with its own fill and drain: torch.distributed.
+    pipelining (torchtitan, NeMo AutoModel) runs one schedule per local batch and accumulates the
+    gradients of several; 1 → all m micro-batches through one schedule (Megatron)."""
     rank_order: str = "tp-cp-ep-dp-pp"
     """Rank order: "tp-cp-ep-dp-pp" (Megatron's order string) or "pp-dp-cp-tp" (torchtitan's mesh);
     both nest tp, cp, dp, pp alike and differ in where the expert axes are carved."""
@@ -240,6 +244,8 @@ class Plan:
         if self.off:
             parts.append(f"off={self.offload}")
         parts.append(f"mbs={self.mbs}")
+        if self.pp > 1 and self.pp_flushes > 1:
+            parts.append(f"pp_flushes={self.pp_flushes}")
         return ",".join(parts)
 
 
@@ -331,7 +337,7 @@ def parse_plan(text: str | None) -> Plan:
         kw["dp_replicate"] = kw["dp"] // n
     if "zero" in kw and kw["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--plan: zero must be 0, 1, 2 or 3, got {kw['zero']}")
-    for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate"):
+    for k in ("tp", "pp", "vpp", "cp", "ep", "mbs", "dp_replicate", "pp_flushes"):
         if k in kw and kw[k] < 1:
             raise InputError(f"--plan: {k} must be ≥ 1, got {kw[k]}")
     for k in ("etp", "dp", "vpp_group", "recompute_layers"):

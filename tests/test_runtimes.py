@@ -170,3 +170,53 @@ def test_every_kernels_field_is_read_by_the_cost_model():
                 lt, ht = K.layer_compute_times(ctx, HW, p), K.head_compute_times(ctx, HW, p)
                 out.append(sum(_f(v) for kk, v in list(lt.items()) + list(ht.items()) if "flops" not in kk))
         assert out[0] != out[1] or out[2] != out[3], f.name
+
+
+def test_fsdp2_copies_cost_their_hbm_passes_on_the_exposed_dp_time():
+    """comm.fsdp_copies (torch FSDP2 per-parameter sharding): every all-gather is copied out of the
+    collective buffer (2·b_P bytes per parameter) and every reduction copied in at b_G + b_G,reduce,
+    on the compute stream. ZeRO-3 with resharding: two gathers and one reduction per micro-batch."""
+    tt = load_runtime("torchtitan")
+    assert tt.comm.fsdp_copies and not BASE.comm.fsdp_copies
+    off = replace(tt, comm=replace(tt.comm, fsdp_copies=False))
+    out = {}
+    for r in (tt, off):
+        t = training_spec(r, seq_len=4096, global_batch=64, regime="zero", grad_reduce_bytes=4)
+        ctx = Ctx(MODEL, t, 8)
+        p = Plan(dp=8, zero=3, mbs=1).resolved(8)
+        out[r.comm.fsdp_copies] = (_f(S.evaluate(ctx, HW, p)["dp_comm_exposed"]), ctx, p, t)
+    (on, ctx, p, t), (no, *_) = out[True], out[False]
+    dense, expert = M.stage_param_counts(ctx, p, 0)
+    units = MODEL.layers + 1
+    c_ag = (dense + expert) * t.b_P * 2 / (HW.hbm_bw * HW.hbm_efficiency) + units * HW.kernel_overhead_s
+    c_rs = (dense + expert) * (t.b_G + t.b_G_reduce) / (HW.hbm_bw * HW.hbm_efficiency) + units * HW.kernel_overhead_s
+    m = 64 / 8
+    assert on - no == pytest.approx(m * (2 * c_ag + c_rs), rel=1e-9)
+    # Megatron's distributed optimizer gathers into its contiguous buffer: nothing to copy
+    assert not load_runtime("megatron-core").comm.fsdp_copies
+
+
+def test_pipeline_flushes_repeat_fill_and_drain():
+    """plan.pp_flushes = f schedules of m/f micro-batches (torch.distributed.pipelining runs one per
+    local batch): the pipeline span is f·[(m/f·v − 1)·t_max + t_sum]/v, so with equal stages the
+    bubble grows from (p − 1)·t to f·(p − 1)·t."""
+    train = training_spec(BASE, seq_len=4096, global_batch=64, regime="zero")
+    ctx = Ctx(MODEL, train, 8)
+    one = S.evaluate(ctx, HW, Plan(pp=4, dp=2, mbs=1).resolved(8))
+    four = S.evaluate(ctx, HW, Plan(pp=4, dp=2, mbs=1, pp_flushes=4).resolved(8))
+    assert _f(four["compute"]) == pytest.approx(_f(one["compute"]), rel=1e-12)
+    t_mb = _f(one["compute"]) / 32                                 # m = 64 / 2 = 32 micro-batches
+    assert _f(one["pp_bubble"]) > 0
+    assert _f(four["pp_bubble"]) == pytest.approx(4 * _f(one["pp_bubble"]), rel=0.05)
+    assert _f(four["pp_bubble"]) > 3 * 3 * t_mb * 0.8
+    assert "pp_flushes=4" in Plan(pp=4, dp=2, mbs=1, pp_flushes=4).resolved(8).short()
+
+
+def test_automodel_moe_keeps_parameters_gathered_and_uses_te_attention():
+    """NeMo AutoModel: the MoE parallelizer does not reshard after forward
+    (MoEParallelizerConfig.reshard_after_forward = False) while dense FSDP2 does; its benchmark
+    configs run TE attention (BackendConfig attn: te)."""
+    am = load_runtime("nemo-automodel")
+    assert am.defaults.reshard_after_forward and am.defaults.moe_reshard_after_forward is False
+    assert am.kernels.attention == "cudnn"
+    assert am.defaults.pp_flush_per_local_batch and not BASE.defaults.pp_flush_per_local_batch

@@ -285,11 +285,21 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
         tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
     exh = m * (hidden_tail(agP, win_f_ag, Li) + hidden_tail(rsG + inter, win_b, Li))
     toth = m * (agP + rsG + inter)
-    # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last backward
-    n_ag = np.where(pm == 1, m + 1.0, 1.0)
-    exk = hidden_tail(rsGr + inter, win_b, Li) \
-        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP / Li), hidden_tail(agP, win_f_ag, Li))
-    totk = rsGr + inter + n_ag * agP
+    # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last
+    # backward — once per pipeline schedule when the step runs f of them (plan.pp_flushes)
+    fl = np.where(_w(p.pp) > 1, np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0)), 1.0)
+    n_ag = np.where(pm == 1, m + fl, fl)
+    exk = fl * hidden_tail(rsGr + inter, win_b, Li) \
+        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP / Li), fl * hidden_tail(agP, win_f_ag, Li))
+    totk = fl * (rsGr + inter) + n_ag * agP
+    if t.rt.comm.fsdp_copies:
+        # FSDP2 copy-out of each gather and copy-in of each reduction (RuntimeSpec comm.fsdp_copies),
+        # HBM passes over the whole unit, on the compute stream; ZeRO-1/2 reduce flat buckets
+        c_ag = K.membound_time(hw, psi * bP * 2.0, ncoll)
+        c_rs = K.membound_time(hw, psi * (bG + np.where(gm >= 1, bGr, bG)), ncoll)
+        ex3 = ex3 + m * (2.0 * c_ag + c_rs)
+        exh = exh + m * (c_ag + c_rs)
+        exk = exk + n_ag * c_ag + fl * c_rs
     exposed = np.where(om == 0, ex0, np.where(gm == 0, ex1, np.where(k1, exk,
                        np.where(pm == 0, ex2, np.where(pm == 1, ex3, exh)))))
     total = np.where(om == 0, tot0, np.where(gm == 0, tot1, np.where(k1, totk,
@@ -333,7 +343,9 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     X = C.p2p_message_bytes(ctx, p)
     p2p = N.p2p_time(hw, X, st["pp"])
     pp_comm = np.where(one, 0.0, 2.0 * mb * v * p2p)
-    T_pipe = (mb * v - 1.0) * t_max / v + t_sum / v
+    # f schedules of m/f micro-batches each (plan.pp_flushes): f·[(m/f·v − 1)·t_max + t_sum]/v
+    fl = np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(mb, 1.0))
+    T_pipe = (mb * v - fl) * t_max / v + fl * t_sum / v
     # binding stage for the breakdown: the slowest
     slow_first = (t_first >= t_last) | one
     bind = {k: np.where(slow_first, fs[k], np.where(t_last >= t_mid, ls[k], ms[k])) for k in fs}

@@ -73,6 +73,10 @@ COMMON_RULES = (
          lambda c, p: _a(bool(getattr(p, "omit", ()))),
          lambda c, p: f"the plan omits obligations ({', '.join(p.omit)}): it is a negative control, "
                       "not a runnable plan"),
+    rule("all", "pp-flushes", "one pipeline schedule per optimizer step",
+         lambda c, p: (_a(getattr(p, "pp_flushes", 1)) > 1) & (_a(p.pp) > 1),
+         lambda c, p: f"pp_flushes={p.pp_flushes}: the exporters write every micro-batch of a step into one "
+                      "pipeline schedule (local batch = B/dp); give pp_flushes=1"),
     rule("all", "zero-axes", "ZeRO/FSDP state sharded over dp×cp",
          lambda c, p: (_a(p.cp) > 1) & (_a(p.zero) >= 1) & ~_a(getattr(p, "zero_over_cp", True)).astype(bool),
          lambda c, p: f"zero_axes='{p.zero_axes}' keeps ZeRO state replicated over cp={p.cp}; launchers shard "

@@ -38,7 +38,7 @@ def _coerce(src: str, section: str, f, val):
     """A TOML value for dataclass field `f` (lists → tuples; ints accepted for floats)."""
     default = f.default if f.default is not MISSING else None
     where = f"{src}: [{section}] {f.name}" if section else f"{src}: {f.name}"
-    if isinstance(default, bool):
+    if isinstance(default, bool) or (default is None and str(f.type).startswith("bool")):
         if not isinstance(val, bool):
             raise InputError(f"{where} must be true or false, got {val!r}")
         return val

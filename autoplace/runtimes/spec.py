@@ -116,6 +116,13 @@ class CommBehaviour:
     expert_span: int = 0
     """Domains a token's experts span when routing is not random: 1 for benchmark gates that send a
     token to k consecutive experts (NeMo AutoModel `fake_balanced_gate`); 0 = random routing."""
+    fsdp_copies: bool = False
+    """FSDP2's per-parameter sharding copies every all-gathered unit out of the collective's buffer
+    into its parameters (`foreach_all_gather_copy_out`, on the compute stream) and every gradient
+    unit into the reduce-scatter buffer, cast to the reduce dtype (`foreach_reduce` chunk_cat):
+    2·b_P bytes per parameter per gather and b_G + b_G,reduce per reduction, full unit size
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). FSDP1 and Megatron's
+    distributed optimizer gather into flat buffers the parameters are views of: no copies."""
     ep_comm_sms: int = 0
     """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
     Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
@@ -181,6 +188,13 @@ class Defaults:
     the record mapping takes the least recompute that fits)."""
     reshard_after_forward: bool = True
     """FSDP/ZeRO-3 reshards parameters after forward unless a run says otherwise."""
+    pp_flush_per_local_batch: bool = False
+    """Gradient accumulation repeats the whole pipeline schedule, one per local batch, each with its
+    fill and drain (torch.distributed.pipelining `schedule.step` per local batch: torchtitan, NeMo
+    AutoModel); False: every micro-batch of the step goes through one schedule (Megatron)."""
+    moe_reshard_after_forward: bool | None = None
+    """The same for MoE models where the stack shards them by another code path (NeMo AutoModel's
+    MoE parallelizer: `MoEParallelizerConfig.reshard_after_forward = False`); None → as dense."""
     ep_policy: str = "node"
     """Expert-parallel degree its recipes use when a run does not state one: node (the largest that
     fits one NVLink node) or data (every data-parallel rank)."""

@@ -9,12 +9,12 @@ vocabulary padding, attention kernel class, dropout, micro-batch — and is writ
 knobs: CUDA graphs, the MoE dispatcher, EP all-to-all overlap, FP8 attention, a pipeline layout) are
 applied on top. A record that cannot be translated raises `Skip(reason)`.
 
-Readers: autoplace.validate.record; the model: autoplace.validate.model_map.
+Readers: autoplace.validate.record; the model: autoplace.validate.model_map; the plan fields:
+autoplace.validate.plan_map.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -26,10 +26,18 @@ from autoplace.specs.hardware import HardwareSpec, load_hardware
 from autoplace.specs.model import ModelSpec, params_only
 from autoplace.specs.training import TrainingSpec
 from autoplace.validate.model_map import map_model
+from autoplace.validate.plan_map import (
+    dp_overlap_of,
+    expert_degrees,
+    offload_of,
+    plan_degrees,
+    pp_layout_split,
+    schedule_of,
+    sharding_of,
+)
 from autoplace.validate.record import (
     GIB,
     Skip,
-    _text,
     as_float,
     as_int,
     citation_year,
@@ -203,138 +211,17 @@ def map_training(rec: dict, rt, seq_len: int, global_batch: int, assumptions: li
 
 
 # ---- plan -------------------------------------------------------------------------------------
-def _degrees(rec: dict, assumptions: list) -> tuple[int, int, int, int, int]:
-    plan = rec.get("plan") or {}
-    hwr = rec.get("hardware") or {}
-    world = as_int(hwr.get("gpus_total"))
-    cp = as_int(plan.get("cp"))
-    if cp is None:
-        cp = 1
-        if plan.get("cp", None) is None and "cp" in plan:
-            assumptions.append("plan.cp null → 1 (no context parallelism)")
-    vals = {k: as_int(plan.get(k)) for k in ("dp", "tp", "pp")}
-    missing = [k for k, v in vals.items() if v is None]
-    known = cp
-    for v in vals.values():
-        if v is not None:
-            known *= v
-    if world is None:
-        if missing:
-            raise Skip("GPU count and plan degrees not stated (" + ", ".join(f"plan.{k}" for k in missing) + ")")
-        world = known
-    if missing:
-        if world % known:
-            raise Skip(f"plan degrees do not divide the {world} GPUs")
-        rest = world // known
-        if len(missing) == 1:
-            vals[missing[0]] = rest
-            assumptions.append(f"plan.{missing[0]} null → {rest} (= GPUs / other degrees)")
-        elif rest == 1:
-            for k in missing:
-                vals[k] = 1
-            assumptions.append(", ".join(f"plan.{k}" for k in missing) + " null → 1 (other degrees use all GPUs)")
-        else:
-            raise Skip("plan degrees not stated: " + ", ".join(f"plan.{k}" for k in missing))
-    return vals["dp"], vals["tp"], vals["pp"], cp, world
-
-
-def _dp_overlap(rec: dict, params_b: float | None, default: bool, assumptions: list) -> bool:
-    t = re.sub(r"\s+", " ", _text(rec.get("notes"), (rec.get("plan") or {}).get("notes"))).lower()
-    if re.search(r"no overlap|without overlap|not overlapped|no (?:gradient[- ]all-?reduce )?overlap", t):
-        assumptions.append("notes: gradient all-reduce not overlapped → dp_overlap=False")
-        return False
-    m = re.search(r"torch for <=\s*([\d.]+)\s*b\b.*?megatron 'local' for larger", t)
-    # size labels round down ("18B" is the 18.4B model), so compare the whole billions
-    if m and params_b is not None and math.floor(params_b) > float(m.group(1)):
-        assumptions.append("notes: Megatron 'local' DDP (all-reduce after backward) → dp_overlap=False")
-        return False
-    return default
-
-
-def _offload(rec: dict, assumptions: list) -> str:
-    t = record_text(rec)
-    par = re.search(r"offload_param\s*=\s*(cpu|nvme)", t)
-    opt = re.search(r"offload_optimizer\s*=\s*(cpu|nvme)", t)
-    if par:
-        assumptions.append("DeepSpeed offload_param → offload=params (implies optimizer and gradients)")
-        return "params"
-    if opt:
-        assumptions.append("DeepSpeed offload_optimizer → offload=grads (ZeRO-Offload keeps fp32 "
-                           "gradients and optimizer on the host)")
-        return "grads"
-    return "none"
-
-
-def _sharding(rec: dict, zero: int | None, fsdp: bool, rt) -> tuple[int, bool, str | None]:
-    """(zero, reshard_after_forward, note)."""
-    if not fsdp:
-        if zero is not None:
-            return zero, True, None
-        return rt.defaults.zero, True, f"plan.zero_stage null → {rt.defaults.zero} ({rt.name}'s default" + (
-            ": the distributed optimizer)" if rt.defaults.zero == 1 and rt.family == "megatron" else ")")
-    t = record_text(rec)
-    if "no_shard" in t:
-        return 0, True, "FSDP NO_SHARD → DDP"
-    if "shard_grad_op" in t or zero == 2:
-        return 3, False, "FSDP SHARD_GRAD_OP → zero=3 without resharding after forward"
-    if "full_shard" in t:
-        return 3, True, "FSDP FULL_SHARD → zero=3"
-    r = rt.defaults.reshard_after_forward
-    return 3, r, f"FSDP → zero=3, {'resharding' if r else 'no resharding'} after forward ({rt.name}'s default)"
-
-
-def _expert_degrees(rec: dict, model: ModelSpec, dp: int, cp: int, tp: int, hw, knobs: dict,
-                    assumptions: list, rt) -> tuple[int, int]:
-    """(ep, etp): stated, else for an MoE model the largest expert-parallel degree inside one node
-    that divides the experts and dp·cp (stated as an assumption)."""
-    plan = rec.get("plan") or {}
-    ep = as_int(plan.get("ep"))
-    if ep is None:
-        ep = 1
-        if model.is_moe and plan.get("ep", "") is None:
-            cap = (dp * cp) if rt.defaults.ep_policy == "data" else hw.gpus_per_node
-            cands = [e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0
-                     and (dp * cp) % e == 0 and e <= cap]
-            ep = max(cands) if cands else 1
-            where = "the data-parallel group" if rt.defaults.ep_policy == "data" else "one node"
-            assumptions.append(f"plan.ep null on an MoE model → {ep} ({rt.name}: the largest degree inside {where} "
-                               f"that divides the {model.num_experts} experts and dp·cp)")
-    etp = as_int(knobs.get("expert_tensor_parallel_size"))
-    if etp is None and re.search(r"etp\s*=\s*1|expert tensor parallel\w*\s*=\s*1", record_text(rec)):
-        etp = 1
-    return ep, (etp or 0)
-
-
-def _pp_layout(layout: str, pp: int, vpp: int) -> tuple | None:
-    """Transformer layers per physical stage of a Megatron `pipeline_model_parallel_layout` such as
-    'Et*4|(t*4|)*14tmL' (E embedding, t a layer, m an MTP layer, L the loss; '|' separates the pp·vpp
-    virtual stages; virtual stage j sits on rank j mod pp)."""
-    s = layout.replace(" ", "")
-    for _ in range(8):
-        s2 = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-        if s2 == s:
-            break
-        s = s2
-    stages = s.split("|")
-    if len(stages) != pp * vpp:
-        return None
-    per = []
-    for st in stages:
-        per.append(sum(int(m.group(2) or 1) for m in re.finditer(r"(t)(?:\*(\d+))?", st)))
-    return tuple(sum(per[j] for j in range(r, len(per), pp)) for r in range(pp))
-
-
-def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
+def base_plan(rec: dict, assumptions: list, params_b: float | None = None, moe: bool = False):
     """Plan fields shared by every record type: (plan kwargs, world, zero, fsdp, runtime, knobs)."""
     plan = rec.get("plan") or {}
-    dp, tp, pp, cp, world = _degrees(rec, assumptions)
+    dp, tp, pp, cp, world = plan_degrees(rec, assumptions)
     zero_raw = parse_zero(plan.get("zero_stage"))
     if plan.get("zero_stage") is not None and zero_raw is None:
         raise Skip(f"plan.zero_stage '{plan.get('zero_stage')}' not understood")
     zs = str(plan.get("zero_stage") or "").lower()
     fsdp = plan.get("fsdp") is True or any(k in zs for k in ("fsdp", "full_shard", "shard_grad_op", "hybrid_shard"))
     rt, knobs = record_runtime(rec, zero_raw, fsdp, assumptions)
-    zero, reshard, note = _sharding(rec, zero_raw, fsdp, rt)
+    zero, reshard, note = sharding_of(rec, zero_raw, fsdp, rt, moe)
     if note:
         assumptions.append(note)
     if pp > 1 and zero > rt.supports.max_zero_with_pp and zero_raw is None:
@@ -345,8 +232,8 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
     if diff:
         assumptions.append(f"{rt.name} switches: " + ", ".join(f"{k}={v}" for k, v in diff.items()))
     kw.update(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, reshard_after_forward=reshard,
-              offload=_offload(rec, assumptions),
-              dp_overlap=_dp_overlap(rec, params_b, rt.defaults.dp_overlap, assumptions))
+              offload=offload_of(rec, assumptions),
+              dp_overlap=dp_overlap_of(rec, params_b, rt.defaults.dp_overlap, assumptions))
     if knobs.get("moe_a2a_overlap") is True:
         kw["ep_overlap"] = True
     gpn = as_int((rec.get("hardware") or {}).get("gpus_per_node"))
@@ -359,35 +246,6 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None):
     return kw, world, zero, fsdp, rt, knobs
 
 
-def _schedule(rec: dict, pp: int, assumptions: list) -> tuple[str, int]:
-    plan = rec.get("plan") or {}
-    vpp = as_int(plan.get("vpp"))
-    text = str(plan.get("pp_schedule") or "").lower()
-    if pp <= 1:
-        return "1f1b", 1
-    if "gpipe" in text:
-        return "gpipe", 1
-    if vpp and vpp > 1:
-        return "interleaved", vpp
-    m = re.search(r"vp\s*=\s*(\d+)", text)
-    if m and int(m.group(1)) > 1:
-        return "interleaved", int(m.group(1))
-    if text and re.search(r"zero.?bubble|dualpipe|zb-?[hv]|\bzbv?\b", text):
-        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' is not modelled → 1F1B (its bubble is an "
-                           "upper bound)")
-        return "1f1b", 1
-    if "interleav" in text and re.search(r"\bor\b|not stated|unknown|unclear|\?", text):
-        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' is ambiguous → 1F1B")
-    elif "interleav" in text:
-        # interleaving means at least two chunks per stage; take the least (the largest bubble)
-        assumptions.append(f"pp_schedule '{plan.get('pp_schedule')}' with vpp not stated → interleaved, "
-                           "vpp=2 (the least interleaving)")
-        return "interleaved", 2
-    elif not text:
-        assumptions.append("pp_schedule null → 1F1B")
-    return "1f1b", 1
-
-
 def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     """A record with a model shape and a full plan (throughput and layer-time records)."""
     assumptions: list[str] = []
@@ -397,7 +255,7 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     plan = rec.get("plan") or {}
     seq = as_int(m.get("seq_len"))
     params_b = as_float(m.get("params_billion"))
-    kw, world, zero, fsdp, rt, knobs = base_plan(rec, assumptions, params_b)
+    kw, world, zero, fsdp, rt, knobs = base_plan(rec, assumptions, params_b, model.is_moe)
     mbs = as_int(plan.get("micro_batch"))
     if plan.get("micro_batch") is None:
         mbs = rt.defaults.micro_batch
@@ -415,12 +273,19 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
         assumptions.append(f"global batch = mbs·dp·grad_accum = {gb}")
     train = map_training(rec, rt, seq, gb, assumptions)
     model = _vocab_by_flop_count(rec, model, train, world, assumptions)
-    ep, etp = _expert_degrees(rec, model, kw["dp"], kw["cp"], kw["tp"], hw, knobs, assumptions, rt)
+    ep, etp = expert_degrees(rec, model, kw["dp"], kw["cp"], kw["tp"], hw, knobs, assumptions, rt)
     kw.update(ep=ep, etp=etp)
     if not model.is_moe:
         kw.pop("ep_overlap", None)
+    lbs = re.search(r"(?:\blbs\b|local batch)[^=\n]{0,60}=\s*(\d+)", record_text(rec))
+    lbs = int(lbs.group(1)) if lbs else 0
+    if rt.defaults.pp_flush_per_local_batch and kw["pp"] > 1 and lbs and gb % (kw["dp"] * lbs) == 0 \
+            and gb // (kw["dp"] * lbs) > 1:
+        kw["pp_flushes"] = gb // (kw["dp"] * lbs)
+        assumptions.append(f"local batch {lbs} per data-parallel rank → {kw['pp_flushes']} pipeline schedules per "
+                           f"step ({rt.name} runs one per local batch)")
     rc = recompute_override or parse_recompute(plan.get("recompute"))
-    sched, vpp = _schedule(rec, kw["pp"], assumptions)
+    sched, vpp = schedule_of(rec, kw["pp"], assumptions)
     sp = plan.get("sequence_parallel")
     if sp is None:
         sp = rt.defaults.sequence_parallel and kw["tp"] > 1
@@ -432,7 +297,7 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     pp = kw["pp"]
     layout = knobs.get("pp_layout")
     if layout and pp > 1:
-        split = _pp_layout(str(layout), pp, vpp)
+        split = pp_layout_split(str(layout), pp, vpp)
         if split and sum(split) == model.layers:
             kw["layer_split"] = split
             assumptions.append(f"pipeline layout '{layout}' → layers per stage {list(split)}")
