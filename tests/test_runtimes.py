@@ -210,6 +210,10 @@ def test_pipeline_flushes_repeat_fill_and_drain():
     assert _f(four["pp_bubble"]) == pytest.approx(4 * _f(one["pp_bubble"]), rel=0.05)
     assert _f(four["pp_bubble"]) > 3 * 3 * t_mb * 0.8
     assert "pp_flushes=4" in Plan(pp=4, dp=2, mbs=1, pp_flushes=4).resolved(8).short()
+    # 32 micro-batches do not split into 5 equal schedules: rule D4 says so
+    from autoplace.placement.rules import check
+    bad = [v for v in check(ctx, Plan(pp=4, dp=2, mbs=1, pp_flushes=5).resolved(8)) if v.rule == "D4"]
+    assert bad and "pp_flushes=5" in bad[0].message
 
 
 def test_automodel_moe_keeps_parameters_gathered_and_uses_te_attention():

@@ -180,10 +180,13 @@ RULES: list[Rule] = [
                                   | (_a(p.G) < _a(p.pp)) | (_a(p.G) > _m(c, p))
                                   | ((_m(c, p) % _a(p.G) != 0) & (_m(c, p) % _a(p.G) < _a(p.pp))))),
          lambda c, p: _d3_message(c, p)),
-    Rule("D4", "divisibility", "global batch divisible by mbs·dp",
-         lambda c, p: (_a(c.train.global_batch) % (_a(p.mbs) * np.maximum(_a(p.dp), 1)) != 0),
-         lambda c, p: f"global batch {c.train.global_batch} is not divisible by mbs·dp = {p.mbs}·{p.dp} "
-                      f"= {p.mbs * max(p.dp, 1)}"),
+    Rule("D4", "divisibility", "global batch divisible by mbs·dp (and by pp_flushes schedules)",
+         lambda c, p: (_a(c.train.global_batch) % (_a(p.mbs) * np.maximum(_a(p.dp), 1)) != 0)
+         | ((_a(p.pp) > 1) & (_m(c, p) % _a(getattr(p, "pp_flushes", 1)) != 0)),
+         lambda c, p: (f"global batch {c.train.global_batch} is not divisible by mbs·dp = {p.mbs}·{p.dp} "
+                       f"= {p.mbs * max(p.dp, 1)}") if c.train.global_batch % (p.mbs * max(p.dp, 1)) else
+                      (f"{c.train.global_batch // (p.mbs * max(p.dp, 1))} micro-batches do not split into "
+                       f"pp_flushes={getattr(p, 'pp_flushes', 1)} equal pipeline schedules")),
     Rule("D5", "divisibility", "sequence divisible for SP / CP",
          lambda c, p: ((_a(p.sp) & (_a(p.cp) == 1)) & (c.train.seq_len % _a(p.tp) != 0))
          | ((_a(p.cp) > 1) & (c.train.seq_len % (2 * _a(p.cp)) != 0))
