@@ -344,3 +344,29 @@ def test_overlapped_tp_and_cp_are_reported_and_complete_the_issued_time(hw):
     m = float(ev["micro_batches"])
     assert float(ev["cp_comm"]) == 0.0
     assert float(ev["cp_comm_overlapped"]) == pytest.approx(m * L * float(cp_f1 + cp_b1), rel=1e-9)
+
+
+def test_experts_with_a_one_rank_expert_dp_group_are_not_gathered_or_reduced():
+    """ep = dp·cp: every rank holds its experts whole (expert-DP group of one; NeMo AutoModel passes
+    them to FSDP as ignored_params, Megatron's expert DP group is 1). The DP-family collectives and
+    the FSDP gather buffers then carry the dense parameters only; with ep < dp they carry the experts
+    too."""
+    from autoplace.cost import memory as Mm
+    from autoplace.placement.rules import Ctx
+    from autoplace.specs.presets import get_preset
+    from autoplace.specs.training import TrainingSpec
+    moe = get_preset("mixtral-8x7b")
+    ctx = Ctx(moe, TrainingSpec(seq_len=4096, global_batch=64), 8)
+    whole = Plan(dp=8, ep=8, zero=3, reshard_after_forward=False, mbs=1).resolved(8)
+    split = Plan(dp=8, ep=4, zero=3, reshard_after_forward=False, mbs=1).resolved(8)
+    dense, expert = Mm.stage_param_counts(ctx, whole, 0)
+    assert expert > 0
+    assert float(Mm.collective_params_rank(ctx, whole, 0)) == pytest.approx(float(dense))
+    d2, e2 = Mm.stage_param_counts(ctx, split, 0)
+    assert float(Mm.collective_params_rank(ctx, split, 0)) == pytest.approx(float(d2 + e2))
+    # the gathered (held) buffer of zero=3 without resharding: dense parameters only when ep = dp
+    t = ctx.train
+    held = float(Mm.transient_bytes(ctx, whole, 0)) - float(Mm.logits_bytes(ctx, whole))
+    unit = float(Mm.largest_unit_rank(ctx, whole))
+    assert held == pytest.approx(float(dense) * t.b_P + unit * (t.b_G + t.b_G_reduce), rel=1e-9)
+    assert unit < float(Mm.layer_params_rank(moe, 1, True)) + float(Mm.expert_layer_params_rank(moe, 8, 1))

@@ -99,12 +99,24 @@ def stage_param_counts(ctx, p, i):
 
 
 def largest_unit_rank(ctx, p):
-    """Ψ_u,max per rank: the largest FSDP unit (one layer incl. its experts, or the embedding)."""
+    """Ψ_u,max per rank: the largest FSDP unit (one layer incl. its experts, or the embedding).
+    Experts whose expert-data-parallel group is one rank (ep = dp·cp) are not sharded, gathered or
+    reduced (NeMo AutoModel passes them as FSDP `ignored_params`; Megatron's expert DP group is 1):
+    they stay out of the unit."""
     m = ctx.model
     if m.states_only:
         return _w(m.largest_unit_params())
-    layer = layer_params_rank(m, p.tp, m.is_moe) + expert_layer_params_rank(m, p.ep, p.t_exp)
+    _, ne = shard_groups(ctx, p)
+    layer = layer_params_rank(m, p.tp, m.is_moe) + np.where(ne > 1, expert_layer_params_rank(m, p.ep, p.t_exp), 0.0)
     return np.maximum(layer, vocab_padded(ctx, p) * m.hidden / _w(p.tp))
+
+
+def collective_params_rank(ctx, p, i):
+    """Parameter elements of stage i that one rank's DP-family collectives move: the dense ones and
+    the experts unless their expert-data-parallel group is a single rank (see largest_unit_rank)."""
+    dense, expert = stage_param_counts(ctx, p, i)
+    _, ne = shard_groups(ctx, p)
+    return dense + np.where(ne > 1, expert, 0.0)
 
 
 def shard_groups(ctx, p):
@@ -150,8 +162,10 @@ def model_state_bytes(ctx, p, i):
         if t.regime == "deepspeed":
             grads = np.where(pm >= 1, 0.0, grads)
         # K1: P gathered for the whole step (when sharded), G accumulated unsharded at reduce width
+        # (FSDP2 upcasts an accumulated unsharded gradient to the reduce dtype); a group of one rank
+        # is not sharded (experts with ep = dp·cp: plain .grad at b_G)
         params = np.where(k1 & (pm > 0), bP * psi, params)
-        grads = np.where(k1, bGr * psi, grads)
+        grads = np.where(k1 & (_w(n) > 1), bGr * psi, grads)
         return params, grads, opt
 
     pd, gd, od = one(dense, nd)
@@ -310,7 +324,7 @@ def transient_bytes(ctx, p, i):
     # (reduce_scatter_max_input_buffers = 1)
     grad_bufs = unit * (bG + bGr)
     sg = np.where(~k1 & (pm == 1), t.rt.memory.fsdp_prefetch_units * unit * bP + grad_bufs, 0.0)
-    hold = np.where(~k1 & (pm == 2), (dense + expert) * bP + grad_bufs, 0.0)
+    hold = np.where(~k1 & (pm == 2), collective_params_rank(ctx, p, i) * bP + grad_bufs, 0.0)
     rs_bucket = np.where(~k1 & (pm == 0) & (gm == 1), unit * bG, 0.0)
     last = _w(i) == _w(p.pp) - 1
     logits = np.where(last, logits_bytes(ctx, p), 0.0)

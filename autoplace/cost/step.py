@@ -217,8 +217,7 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     bG = t.b_G
     bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
     bGr = t.b_G_reduce
-    dense, expert = Mm.stage_param_counts(ctx, p, i)
-    psi = dense + expert
+    psi = Mm.collective_params_rank(ctx, p, i)
     nd, _ = Mm.shard_groups(ctx, p)
     r = _w(p.dp_replicate)
     m = micro_batches(p, t.global_batch)
