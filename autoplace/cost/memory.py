@@ -151,7 +151,7 @@ def model_state_bytes(ctx, p, i):
     phi = _w(p.offload_fraction)
     k1 = k1_active(p)
 
-    def one(psi, n):
+    def one(psi, n, experts=False):
         fP = np.where(pm == 0, 1.0, 1.0 / n)
         fG = np.where(gm == 0, 1.0, 1.0 / n)
         fO = np.where(om == 0, 1.0, 1.0 / n)
@@ -162,14 +162,14 @@ def model_state_bytes(ctx, p, i):
         if t.regime == "deepspeed":
             grads = np.where(pm >= 1, 0.0, grads)
         # K1: P gathered for the whole step (when sharded), G accumulated unsharded at reduce width
-        # (FSDP2 upcasts an accumulated unsharded gradient to the reduce dtype); a group of one rank
-        # is not sharded (experts with ep = dp·cp: plain .grad at b_G)
+        # (FSDP2 upcasts an accumulated unsharded gradient to the reduce dtype); experts whose
+        # expert-DP group is one rank are outside FSDP (plain .grad at b_G)
         params = np.where(k1 & (pm > 0), bP * psi, params)
-        grads = np.where(k1 & (_w(n) > 1), bGr * psi, grads)
+        grads = np.where(k1 & ((_w(n) > 1) | (not experts)), bGr * psi, grads)
         return params, grads, opt
 
     pd, gd, od = one(dense, nd)
-    pe, ge, oe = one(expert, ne)
+    pe, ge, oe = one(expert, ne, experts=True)
     return pd + pe, gd + ge, od + oe
 
 
