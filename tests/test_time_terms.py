@@ -370,3 +370,28 @@ def test_experts_with_a_one_rank_expert_dp_group_are_not_gathered_or_reduced():
     unit = float(Mm.largest_unit_rank(ctx, whole))
     assert held == pytest.approx(float(dense) * t.b_P + unit * (t.b_G + t.b_G_reduce), rel=1e-9)
     assert unit < float(Mm.layer_params_rank(moe, 1, True)) + float(Mm.expert_layer_params_rank(moe, 8, 1))
+
+
+def test_expert_collectives_run_over_the_expert_dp_group(hw):
+    """ZeRO-1 reduce-scatter/all-gather split by parameter group: dense parameters over the dp shard
+    group (stride tp·cp = 1 here, 16 ranks on 2 nodes), experts over the expert-DP group — world /
+    (etp·ep·pp) = 4 ranks at stride ep = 4 (Megatron `expert_data_parallel_group`), two on each node,
+    so the expert collectives cross the NIC. The collective count splits in proportion."""
+    moe = get_preset("mixtral-8x7b")
+    ctx = Ctx(moe, TrainingSpec(seq_len=4096, global_batch=64), 16)
+    p = Plan(dp=16, ep=4, zero=1, mbs=1, dp_overlap=False).resolved(16)
+    dense, expert = Mm.stage_param_counts(ctx, p, 0)
+    nd, ne = Mm.shard_groups(ctx, p)
+    assert (float(nd), float(ne)) == (16.0, 4.0)
+    assert float(N.axis_strides(p)["ep"]) * 4 == 4.0
+    t = ctx.train
+    ex, tot = S._dp_exposed(ctx, hw, p, 0.0, 1.0, 0)
+    # by hand, latency-free: gather_time(bytes, n, stride) over NVLink/NIC
+    dense_rs = N.gather_time(hw, float(dense) * t.b_G_reduce, 16, 1, 1, op="rs")
+    exp_rs = N.gather_time(hw, float(expert) * t.b_G_reduce, 4, 4, 1, op="rs")
+    dense_ag = N.gather_time(hw, float(dense) * t.b_P, 16, 1, 1)
+    exp_ag = N.gather_time(hw, float(expert) * t.b_P, 4, 4, 1)
+    assert float(tot) == pytest.approx(float(dense_rs + exp_rs + dense_ag + exp_ag), rel=1e-6)
+    # stride 4 puts two of the four expert-DP ranks on each node: the group pays the NIC, which the same
+    # four ranks packed in one node (stride 1) would not
+    assert float(exp_ag) > 5 * float(N.gather_time(hw, float(expert) * t.b_P, 4, 1, 1))

@@ -218,7 +218,9 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
     bGr = t.b_G_reduce
     psi = Mm.collective_params_rank(ctx, p, i)
-    nd, _ = Mm.shard_groups(ctx, p)
+    dense, expert = Mm.stage_param_counts(ctx, p, i)
+    nd, ne = Mm.shard_groups(ctx, p)
+    psi_e = np.where(ne > 1, expert, 0.0)                # experts reduce/gather over their own group
     r = _w(p.dp_replicate)
     m = micro_batches(p, t.global_batch)
     pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
@@ -226,6 +228,9 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     grp = _w(p.dp) * _w(p.cp)
     s_shard = st["cp"]                                   # dp×cp group: stride = tp degree (cp inner to dp)
     s_rep = st["dp_replicate"]
+    # expert-data-parallel group (Megatron `expert_data_parallel_group`, torchtitan `efsdp`): the ranks
+    # left after (e)tp × ep, so its stride is the ep axis's stride × ep — across nodes once ep fills one
+    s_edp = st["ep"] * _w(p.ep)
     Lc = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0) + 1.0          # FSDP units: layers + embedding/head
     d = t.rt.defaults                                                   # DDP / ZeRO-1/2 gradient buckets
     if d.dp_bucket_elements > 0:
@@ -236,11 +241,24 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     bucket_mb = _w(getattr(p, "dp_bucket_mb", 0.0))
     ncoll = np.where(bucket_mb > 0, np.maximum(psi * bP / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), ncoll)
     buckets = np.where(bucket_mb > 0, np.maximum(psi * bG / (np.maximum(bucket_mb, 1e-9) * 1e6), 1.0), buckets)
-    ddp = N.allreduce_time(hw, psi * bG, grp, s_shard, buckets)
-    rsG = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, ncoll, op="rs")
-    rsGr = N.gather_time(hw, psi * bGr, nd, s_shard, ncoll, op="rs")
-    agP = N.gather_time(hw, psi * bP, nd, s_shard, ncoll)
-    inter = N.allreduce_time(hw, psi * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, ncoll)
+    # each collective splits by parameter group: the dense share over the dp(×cp) shard group, the
+    # experts over the expert-DP group; the collective count (latency) splits in proportion
+    share_e = np.where(psi > 0, psi_e / np.maximum(psi, 1e-30), 0.0)
+    psi_d = psi - psi_e
+    nc_d, nc_e = np.maximum(ncoll * (1.0 - share_e), 1.0), np.maximum(ncoll * share_e, 1.0)
+    nb_d, nb_e = np.maximum(buckets * (1.0 - share_e), 1.0), np.maximum(buckets * share_e, 1.0)
+
+    def _gather(width, op="ag"):
+        return N.gather_time(hw, psi_d * width, nd, s_shard, nc_d, op=op) + \
+            np.where(psi_e > 0, N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op), 0.0)
+
+    ddp = N.allreduce_time(hw, psi_d * bG, grp, s_shard, nb_d) + \
+        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e), 0.0)
+    rsG = _gather(np.where(gm >= 1, bGr, bG), op="rs")
+    rsGr = _gather(bGr, op="rs")
+    agP = _gather(bP)
+    inter = N.allreduce_time(hw, psi_d * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, nc_d) + \
+        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e), 0.0)
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
