@@ -159,6 +159,19 @@ def test_hidden_tail_formula():
     assert S.hidden_tail(10.0, 5.0, 10) == pytest.approx(10.0 - 5.0 * 0.9)
     # continuous where c = window
     assert S.hidden_tail(10.0, 10.0, 10) == pytest.approx(1.0)
+    # the hidden 9 s hold a quarter of the SMs: a compute-bound window is 2.25 s longer; a link-bound
+    # one (c − window·0.9 = 5.5 s exposed) has the slack and stays
+    assert S.hidden_tail(10.0, 100.0, 10, 0.25) == pytest.approx(1.0 + 0.25 * 9.0)
+    assert S.hidden_tail(10.0, 5.0, 10, 0.25) == pytest.approx(10.0 - 5.0 * 0.9)
+    assert S.hidden_tail(10.0, 0.0, 10, 0.25) == 10.0
+
+
+def test_dp_sm_share_is_the_runtime_nccl_ctas_over_the_sms(hw):
+    """32 CTAs (NCCL's channels) of 128 SMs; a CPU device's gloo collectives hold none."""
+    ctx = _ddp_ctx()
+    assert ctx.train.rt.comm.dp_comm_sms == 32
+    assert S.dp_sm_share(ctx, hw) == pytest.approx(0.25)
+    assert S.dp_sm_share(ctx, hw.with_(host_is_device=True)) == 0.0
 
 
 def _ddp_ctx(world=16):
@@ -173,9 +186,11 @@ def test_overlap_hides_a_reduce_shorter_than_backward(hw):
     S_bytes = (dense + expert) * ctx.train.b_G
     L = ctx.model.layers
     total_by_hand = 2 * 7 / 8 * S_bytes / (100 * GB) + 2 * 0.5 * (S_bytes / 8) / (10 * GB)
+    s = S.dp_sm_share(ctx, hw)                               # 32 NCCL CTAs of 128 SMs
     ex, tot = S._dp_exposed(ctx, hw, p, 0.0, 1e3, 0)        # backward far longer than the reduce
     assert float(tot) == pytest.approx(total_by_hand, rel=1e-9)
-    assert float(ex) == pytest.approx(total_by_hand / L, rel=1e-9)   # only the last layer's share
+    # only the last layer's share, plus the SMs the hidden rest takes from the backward under it
+    assert float(ex) == pytest.approx(total_by_hand / L + s * total_by_hand * (1 - 1 / L), rel=1e-9)
     ex_short, _ = S._dp_exposed(ctx, hw, p, 0.0, total_by_hand / 2, 0)
     assert float(ex_short) == pytest.approx(total_by_hand - total_by_hand / 2 * (1 - 1 / L), rel=1e-9)
     ex_none, _ = S._dp_exposed(ctx, hw, p.with_(dp_overlap=False), 0.0, 1e3, 0)
@@ -193,11 +208,12 @@ def test_zero3_without_backward_prefetch_serializes_backward_collectives(hw):
     ag = N.gather_time(hw, psi * ctx.train.b_P, 16, 1, n_coll)
     rs = N.gather_time(hw, psi * ctx.train.b_G, 16, 1, n_coll)
     t_f, t_b = 1e3, 2e3
+    s, h = S.dp_sm_share(ctx, hw), 1 - 1 / L             # SM share of the hidden collectives
     ex_pf, tot = S._dp_exposed(ctx, hw, p, t_f, t_b, 0)
     assert float(tot) == pytest.approx(2 * ag + rs, rel=1e-9)
-    assert float(ex_pf) == pytest.approx(ag / L + (ag + rs) / L, rel=1e-9)
+    assert float(ex_pf) == pytest.approx(ag / L + (ag + rs) / L + s * h * (2 * ag + rs), rel=1e-9)
     ex_np, _ = S._dp_exposed(ctx, hw, p.with_(bwd_prefetch=False), t_f, t_b, 0)
-    assert float(ex_np) == pytest.approx(ag / L + ag + rs, rel=1e-9)
+    assert float(ex_np) == pytest.approx(ag / L + s * h * ag + ag + rs, rel=1e-9)
     # a CPU device (compute on the issuing thread): gathers exposed, the reduce-scatter still hides
     ex_cpu, _ = S._dp_exposed(ctx, hw.with_(host_is_device=True), p, t_f, t_b, 0)
     assert float(ex_cpu) == pytest.approx(ag + ag + rs / L, rel=1e-9)
@@ -243,9 +259,14 @@ def test_zero3_fetch_sync_exposes_every_reduce_scatter(hw):
     ex, tot = S._dp_exposed(ctx, hw, p, t_f, t_b, 0)
     assert float(tot) == pytest.approx(2 * ag + rs, rel=1e-9)
     assert float(ex) == pytest.approx(2 * ag / (L + 1) * u[0] + rs, rel=1e-9)
-    # the layer-level schedule hides the same reduce-scatter under backward
+    # the layer-level schedule hides the same reduce-scatter under backward (its per-layer collectives
+    # are fewer, so their latency-free time is that of the L + 1 units; the hidden part holds SMs)
     ex_layer, _ = S._dp_exposed(ctx, hw, p.with_(fetch_sync=False), t_f, t_b, 0)
-    assert float(ex_layer) < float(ex) - 0.9 * float(rs)
+    ag1 = N.gather_time(hw, psi * ctx.train.b_P, 16, 1, L + 1)
+    rs1 = N.gather_time(hw, psi * ctx.train.b_G, 16, 1, L + 1, op="rs")
+    s, h = S.dp_sm_share(ctx, hw), 1 - 1 / L
+    assert float(ex_layer) == pytest.approx(float((2 * ag1 + rs1) * (1 / L + s * h)), rel=1e-9)
+    assert float(ex_layer) < float(ex)
 
 
 def test_breakdown_sums_to_step_and_overlap_is_reported(hw):

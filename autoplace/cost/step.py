@@ -167,15 +167,18 @@ def stage_times(ctx, hw, p):
     return out, lt, ht
 
 
-def hidden_tail(c, window, L):
+def hidden_tail(c, window, L, sm_share=0.0):
     """Exposed part of communication c issued layer by layer under a compute window of L layers.
 
     The first layer's share cannot start before that layer's compute is done and the last share has
     nothing left to hide under, so with c ≤ window the exposed time is one layer's share c/L; with
     c > window the link is busy from window/L on and c − window·(1 − 1/L) is exposed. No window
-    (no overlap) exposes all of c."""
+    (no overlap) exposes all of c. While the hidden part c·(1 − 1/L) runs, the collective holds a
+    share s of the SMs (`dp_sm_share`) and the compute under it runs on the rest: a compute-bound
+    window is longer by s·c·(1 − 1/L); a link-bound one (c − window·(1 − 1/L) larger) has that slack."""
     L = np.maximum(_w(L), 1.0)
-    return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L), c)
+    hid = c * (1.0 - 1.0 / L)
+    return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L + _w(sm_share) * hid), c)
 
 
 def module_units(m):
@@ -222,6 +225,7 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     nd, ne = Mm.shard_groups(ctx, p)
     psi_e = np.where(ne > 1, expert, 0.0)                # experts reduce/gather over their own group
     r = _w(p.dp_replicate)
+    sms = dp_sm_share(ctx, hw)                           # SMs the hidden collectives hold
     m = micro_batches(p, t.global_batch)
     pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
     k1 = Mm.k1_active(p)
@@ -269,21 +273,21 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     sync_dev = bool(getattr(hw, "host_is_device", False))
     win_f_ag = 0.0 * win_f if sync_dev else win_f
     # DDP / ZeRO-1: one reduction during the last backward; ZeRO-1 AG(P) under the next forward
-    ex0 = hidden_tail(ddp, win_b, Li)
+    ex0 = hidden_tail(ddp, win_b, Li, sms)
     tot0 = ddp
-    ex1 = hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f_ag, Li)
+    ex1 = hidden_tail(rsG + inter, win_b, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
     tot1 = rsG + inter + agP
     # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-    ex2 = m * hidden_tail(rsG + inter, win_b, Li) + hidden_tail(agP, win_f_ag, Li)
+    ex2 = m * hidden_tail(rsG + inter, win_b, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
     tot2 = m * (rsG + inter) + agP
     # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
     # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
     # previous layer's RS, and its backward waits for both: backward collectives do not overlap
     # (torch PR #70235: FSDP1 backward_prefetch=None, `NO_PREFETCH`)
     pf_b = _w(getattr(p, "bwd_prefetch", True)) > 0
-    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_b, Li), agP + rsG + inter) if sync_dev else \
-        np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li), agP + rsG + inter)
-    ex3 = m * (hidden_tail(agP, win_f_ag, Li) + bwd3)
+    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_b, Li, sms), agP + rsG + inter) if sync_dev else \
+        np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li, sms), agP + rsG + inter)
+    ex3 = m * (hidden_tail(agP, win_f_ag, Li, sms) + bwd3)
     tot3 = m * (2 * agP + rsG + inter)
     # fetch_sync (DeepSpeed ZeRO-3 as released in 2021): four gathers and reduce-scatters per layer, gathers
     # one sub-module ahead (`fetch_sync_exposed`), every reduce-scatter exposed
@@ -300,14 +304,14 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
         exS = m * (Li * (fe + be) + 2.0 * Al * u[0] + rsS + inter)   # + each pass's first gather
         ex3 = np.where(fsync, exS, ex3)
         tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
-    exh = m * (hidden_tail(agP, win_f_ag, Li) + hidden_tail(rsG + inter, win_b, Li))
+    exh = m * (hidden_tail(agP, win_f_ag, Li, sms) + hidden_tail(rsG + inter, win_b, Li, sms))
     toth = m * (agP + rsG + inter)
     # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last
     # backward — once per pipeline schedule when the step runs f of them (plan.pp_flushes)
     fl = np.where(_w(p.pp) > 1, np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0)), 1.0)
     n_ag = np.where(pm == 1, m + fl, fl)
-    exk = fl * hidden_tail(rsGr + inter, win_b, Li) \
-        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP / Li), fl * hidden_tail(agP, win_f_ag, Li))
+    exk = fl * hidden_tail(rsGr + inter, win_b, Li, sms) \
+        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP * (1.0 / Li + sms * (1.0 - 1.0 / Li))), fl * hidden_tail(agP, win_f_ag, Li, sms))
     totk = fl * (rsGr + inter) + n_ag * agP
     if t.rt.comm.fsdp_copies:
         # FSDP2 copy-out of each gather and copy-in of each reduction (RuntimeSpec comm.fsdp_copies),
@@ -323,6 +327,14 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
                      np.where(pm == 0, tot2, np.where(pm == 1, tot3, toth)))))
     single = (grp <= 1)
     return np.where(single, 0.0, exposed), np.where(single, 0.0, total)
+
+
+def dp_sm_share(ctx, hw) -> float:
+    """Share of the SMs an overlapped DP-family collective takes from the compute under it:
+    comm.dp_comm_sms / SM count (none on a CPU device, whose collectives run on host threads)."""
+    if getattr(hw, "host_is_device", False):
+        return 0.0
+    return min(ctx.train.rt.comm.dp_comm_sms / max(hw.sm_count, 1), 1.0)
 
 
 def _optimizer_time(ctx, hw, p, i):

@@ -126,6 +126,12 @@ class CommBehaviour:
     ep_comm_sms: int = 0
     """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
     Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
+    dp_comm_sms: int = 32
+    """SMs a DP-family NCCL collective (all-reduce, reduce-scatter, all-gather) holds while it runs:
+    one CTA per channel, up to NCCL's 32 channels (MAXCHANNELS, src/include/device.h; `NCCL_MAX_CTAS`; tuning it
+    "affects the communication-computation overlap for NCCL kernels", pytorch PR #97394). The compute
+    it overlaps runs on the SMs left meanwhile; 0 where the collectives do not run on the device's SMs
+    (gloo on a CPU device)."""
 
 
 @dataclass(frozen=True, kw_only=True)
