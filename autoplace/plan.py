@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from autoplace.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full", "block")      # rc codes 0..3
+# Megatron-Core --recompute-modules (recompute=selective) the cost model prices; Megatron's others
+# (moe_act, layernorm, mlp, moe, shared_experts) are refused with that reason
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj")
+MEGATRON_RECOMPUTE_MODULES = RECOMPUTE_MODULES + ("moe_act", "layernorm", "mlp", "moe", "shared_experts")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")            # sched codes 0..2
 OFFLOAD = ("none", "optimizer", "grads", "params")      # off codes 0..3 (each implies the ones before)
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")          # order codes 0 (Megatron), 1 (torchtitan)
@@ -27,6 +31,7 @@ _ALIASES = {
     "tp": "tp", "t": "tp", "pp": "pp", "p": "pp", "vpp": "vpp", "v": "vpp", "cp": "cp", "c": "cp",
     "ep": "ep", "e": "ep", "etp": "etp", "dp": "dp", "d": "dp", "zero": "zero", "sp": "sp",
     "recompute": "recompute", "ac": "recompute", "recompute_layers": "recompute_layers",
+    "recompute_modules": "recompute_modules", "rc_modules": "recompute_modules", "modules": "recompute_modules",
     "offload": "offload", "offload_fraction": "offload_fraction", "phi": "offload_fraction",
     "mbs": "mbs", "micro_batch": "mbs", "b": "mbs", "schedule": "schedule",
     "vpp_group": "vpp_group", "G": "vpp_group", "g": "vpp_group", "rank_order": "rank_order",
@@ -75,6 +80,10 @@ class Plan:
     """Activation recomputation: none | selective (attention core) | full | block."""
     recompute_layers: int = 0
     """Block recompute: layers per stage fully recomputed."""
+    recompute_modules: tuple = ()
+    """recompute=selective: the modules recomputed in backward (Megatron-Core `--recompute-modules`):
+    `core_attn` (the attention core, Megatron's default), `mla_up_proj` (MLA's q/kv up-projections:
+    the per-head Q, K, V are not kept, the latents are). () → the runtime's selective policy."""
     offload: str = "none"
     """Host offload: none | optimizer | grads (+ optimizer) | params (+ grads + optimizer)."""
     offload_fraction: float = 1.0
@@ -215,13 +224,14 @@ class Plan:
         d["layer_split"] = list(self.layer_split)
         d["stage_recompute"] = list(self.stage_recompute)
         d["omit"] = list(self.omit)
+        d["recompute_modules"] = list(self.recompute_modules)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Plan":
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        for k in ("layer_split", "stage_recompute", "omit"):
+        for k in ("layer_split", "stage_recompute", "omit", "recompute_modules"):
             if k in kw:
                 kw[k] = tuple(kw[k])
         return cls(**kw)
@@ -240,7 +250,8 @@ class Plan:
         parts.append(f"zero={self.zero}" + ("(hold)" if self.hold else ""))
         if self.sp:
             parts.append("sp")
-        parts.append(f"rc={self.recompute}" + (f":{self.recompute_layers}" if self.rc == 3 else ""))
+        parts.append(f"rc={self.recompute}" + (f":{self.recompute_layers}" if self.rc == 3 else "")
+                     + (f"({'+'.join(self.recompute_modules)})" if self.rc == 1 and self.recompute_modules else ""))
         if self.off:
             parts.append(f"off={self.offload}")
         parts.append(f"mbs={self.mbs}")
@@ -263,6 +274,8 @@ def _coerce(key: str, val: str):
             return int(val)
         if typ == "float":
             return float(val)
+        if typ == "tuple" and key == "recompute_modules":
+            return _recompute_modules(val)
         if typ == "tuple" and key == "omit":
             return tuple(x for x in val.replace("/", ":").split(":") if x)
         if typ == "tuple":
@@ -348,7 +361,25 @@ def parse_plan(text: str | None) -> Plan:
             raise InputError(f"--plan: {k}={kw[k]} is larger than {MAX_DEGREE}")
     if kw.get("vpp", 1) > 1 and "schedule" not in kw:
         kw["schedule"] = "interleaved"
+    if kw.get("recompute_modules"):
+        if kw.setdefault("recompute", "selective") != "selective":
+            raise InputError(f"--plan: recompute_modules={'+'.join(kw['recompute_modules'])} needs "
+                             f"recompute=selective, got recompute={kw['recompute']}")
     return Plan(**kw)
+
+
+def _recompute_modules(val: str) -> tuple:
+    """'core_attn+mla_up_proj' (or ':'-separated) → a tuple of Megatron-Core module names."""
+    mods = tuple(dict.fromkeys(x.strip().lower() for x in val.replace(":", "+").replace("/", "+").split("+")
+                               if x.strip()))
+    for mname in mods:
+        if mname in MEGATRON_RECOMPUTE_MODULES and mname not in RECOMPUTE_MODULES:
+            raise InputError(f"--plan: recompute_modules '{mname}' is a Megatron-Core module the cost model "
+                             f"does not price yet; use {' or '.join(RECOMPUTE_MODULES)}, or recompute=full|block")
+        if mname not in RECOMPUTE_MODULES:
+            raise InputError(f"--plan: recompute_modules '{mname}' is not a module; valid: "
+                             f"{', '.join(RECOMPUTE_MODULES)} (joined with '+')")
+    return mods
 
 
 _PMODES = {"R": 0, "SG": 1, "SG-HOLD": 2, "HOLD": 2}

@@ -18,7 +18,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     con.print(f"[bold]{doc['model']['name']}[/] on {doc['hardware']['gpus']} × {doc['hardware']['name']}  "
               f"plan dp={p['dp']} (replicate {p['dp_replicate']} × shard {p['dp_shard']}) tp={p['tp']} pp={p['pp']} "
               f"vpp={p['vpp']} cp={p['cp']} ep={p['ep']} zero={p['zero']} sp={int(p['sp'])} "
-              f"recompute={p['recompute']} offload={p['offload']} mbs={p['mbs']} schedule={p['schedule']}")
+              f"recompute={p['recompute']}"
+              + (f"({'+'.join(p['recompute_modules'])})" if p.get("recompute_modules") else "")
+              + f" offload={p['offload']} mbs={p['mbs']} schedule={p['schedule']}")
     if not doc["legal"]:
         t = Table(title="illegal plan: violated rules", title_style="bold red")
         t.add_column("rule")

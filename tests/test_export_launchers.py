@@ -171,6 +171,7 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
         qk_layernorm="--qk-layernorm" in a, normalization=a.get("--normalization", "LayerNorm"),
         recompute_granularity=a.get("--recompute-granularity"), recompute_method=a.get("--recompute-method"),
         recompute_num_layers=i("--recompute-num-layers"),
+        recompute_modules=a["--recompute-modules"].split() if "--recompute-modules" in a else None,
         num_layers_in_first_pipeline_stage=i("--decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=i("--decoder-last-pipeline-num-layers"),
         pipeline_model_parallel_layout=a.get("--pipeline-model-parallel-layout"),
@@ -184,7 +185,14 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
                   moe_shared_expert_intermediate_size=i("--moe-shared-expert-intermediate-size"),
                   moe_shared_expert_gate="--moe-shared-expert-gate" in a,
                   moe_token_dispatcher_type=a.get("--moe-token-dispatcher-type", "allgather"))
-    tc = TransformerConfig(**kw)
+    if "--multi-latent-attention" in a:
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        kw.update(multi_latent_attention=True, q_lora_rank=i("--q-lora-rank"), kv_lora_rank=i("--kv-lora-rank"),
+                  qk_head_dim=i("--qk-head-dim"), qk_pos_emb_head_dim=i("--qk-pos-emb-head-dim"),
+                  v_head_dim=i("--v-head-dim"), mtp_num_layers=i("--mtp-num-layers"))
+        tc = MLATransformerConfig(**kw)
+    else:
+        tc = TransformerConfig(**kw)
     fsdp = "--use-megatron-fsdp" in a
     ddp = DistributedDataParallelConfig(
         use_distributed_optimizer="--use-distributed-optimizer" in a,
@@ -261,6 +269,7 @@ def _check_megatron(job: ExportJob):
     ("mixtral-8x7b", (4096, 256), "tp=2,ep=4,pp=4,sp=1,zero=1,offload=optimizer,phi=0.5,layer_split=6:10:9:7,mbs=1", 64),
     ("gpt-1.7b", (2048, 512), "tp=4,cp=2,zero=2,sp=1,mbs=2,dp_bucket_mb=100", 32),
     ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=1,sp=1,mbs=1,layer_split=7:9:9:7", 32),
+    ("deepseek-v3", (4096, 1024), "pp=4,ep=64,zero=1,recompute_modules=mla_up_proj,mbs=1,layer_split=15:15:16:15", 256),
 ])
 def test_megatron_core_accepts_examples(model, train, plan, world):
     m = get_preset(model)

@@ -416,3 +416,80 @@ def test_expert_collectives_run_over_the_expert_dp_group(hw):
     # stride 4 puts two of the four expert-DP ranks on each node: the group pays the NIC, which the same
     # four ranks packed in one node (stride 1) would not
     assert float(exp_ag) > 5 * float(N.gather_time(hw, float(expert) * t.b_P, 4, 1, 1))
+
+
+def test_recompute_modules_price_the_listed_modules(hw):
+    """Megatron-Core --recompute-modules under recompute=selective: core_attn re-runs the attention
+    core (the default selective); mla_up_proj re-runs MLA's q/kv up-projection GEMMs and stops keeping
+    the per-head Q, K (d_qk) and V (d_v) they make — time and memory by hand, per layer."""
+    from autoplace.plan import parse_plan
+    m = get_preset("deepseek-v3")
+    ctx = Ctx(m, TrainingSpec(seq_len=4096, global_batch=64), 64)
+    base = parse_plan("ep=64,zero=1,recompute=selective,mbs=1").resolved(64)
+    up = parse_plan("ep=64,zero=1,recompute_modules=mla_up_proj,mbs=1").resolved(64)
+    both = parse_plan("ep=64,zero=1,recompute_modules=core_attn+mla_up_proj,mbs=1").resolved(64)
+    lt = K.layer_compute_times(ctx, hw, up)
+    # the up-projection GEMMs: q_up r_q → H·(d_nope + d_rope), kv_up r_kv → H·(d_nope + d_v), T = 4096 rows
+    T, H = 4096, m.heads
+    q_up = K.gemm_time(hw, T, H * (m.qk_nope_head_dim + m.qk_rope_head_dim), m.q_lora_rank, ctx.train.b_A,
+                       hw.peak("bf16"))
+    kv_up = K.gemm_time(hw, T, H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, ctx.train.b_A,
+                        hw.peak("bf16"))
+    assert float(lt["up_f"]) == pytest.approx(float(q_up + kv_up), rel=1e-9)
+    L = m.layers
+    r_base = float(S.stage_times(ctx, hw, base)[0]["first"]["recompute"])
+    r_up = float(S.stage_times(ctx, hw, up)[0]["first"]["recompute"])
+    r_both = float(S.stage_times(ctx, hw, both)[0]["first"]["recompute"])
+    assert r_base == pytest.approx(L * float(lt["attn_f"] + lt["attn_elem_f"]), rel=1e-9)
+    assert r_up == pytest.approx(L * float(lt["up_f"]), rel=1e-9)
+    assert r_both == pytest.approx(r_base + r_up, rel=1e-9)
+    # memory: flash keeps only the log-sum-exp, so selective = full; mla_up_proj drops Q, K, V
+    full, sel, _ = Mm.activation_bytes_per_layer(ctx, base, "all")
+    _, sel_up, _ = Mm.activation_bytes_per_layer(ctx, up, "all")
+    assert float(sel) == pytest.approx(float(full))
+    qkv = T * ctx.train.b_A * H * (2 * m.d_qk + m.d_v)          # 4096 · 2 B · 128 · (2·192 + 128)
+    assert qkv == 4096 * 2 * 128 * 512
+    assert float(full - sel_up) == pytest.approx(qkv, rel=1e-12)
+    # HFU counts the recomputed up-projection forward, MFU does not
+    ev = S.evaluate(ctx, hw, up)
+    upmacs = m.q_lora_rank * H * 192 + m.kv_lora_rank * H * 256
+    extra = ctx.train.tokens_per_step * L * 2.0 * upmacs / float(K.model_flops_per_step(ctx))
+    assert float(ev["hfu"] / ev["mfu"]) == pytest.approx(1.0 + extra, rel=1e-9)
+
+
+def test_recompute_modules_parse_and_rules():
+    from autoplace.errors import InputError
+    from autoplace.placement.rules import check
+    from autoplace.plan import parse_plan
+    p = parse_plan("recompute_modules=core_attn+mla_up_proj")
+    assert (p.recompute, p.recompute_modules) == ("selective", ("core_attn", "mla_up_proj"))
+    assert "rc=selective(core_attn+mla_up_proj)" in p.resolved(8).short()
+    with pytest.raises(InputError, match="needs recompute=selective"):
+        parse_plan("recompute=full,recompute_modules=core_attn")
+    with pytest.raises(InputError, match="does not price yet"):
+        parse_plan("recompute_modules=moe_act")
+    with pytest.raises(InputError, match="not a module"):
+        parse_plan("recompute_modules=attention")
+    dense = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=8192, global_batch=8), 8)
+    ids = [v.rule for v in check(dense, parse_plan("recompute_modules=mla_up_proj").resolved(8))]
+    assert "R2" in ids
+    assert "R2" not in [v.rule for v in check(dense, parse_plan("recompute_modules=core_attn").resolved(8))]
+
+
+def test_recompute_modules_are_a_megatron_core_capability():
+    """Only megatron-core (≥ 0.12) names selective-recompute modules; every other runtime refuses a
+    plan that lists them, with the reason (RT-recompute-modules)."""
+    from autoplace.plan import parse_plan
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.check import capability_rules
+    ctx = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=64), 64)
+    p = parse_plan("ep=64,zero=1,recompute_modules=mla_up_proj,mbs=1").resolved(64)
+    for name, refused in (("megatron-core", False), ("megatron-core-0.11", True), ("torchtitan", True),
+                          ("deepspeed", True)):
+        rule = next(r for r in capability_rules(load_runtime(name)) if r.id == "RT-recompute-modules")
+        assert bool(rule.violated(ctx, p)) is refused, name
+        if refused:
+            assert "recompute_modules=mla_up_proj" in rule.message(ctx, p)
+    plain = parse_plan("ep=64,zero=1,recompute=selective,mbs=1").resolved(64)
+    rule = next(r for r in capability_rules(load_runtime("torchtitan")) if r.id == "RT-recompute-modules")
+    assert not bool(rule.violated(ctx, plain))

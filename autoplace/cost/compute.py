@@ -134,7 +134,9 @@ def layer_compute_times(ctx, hw, p):
     elementwise work inside the attention core: eager softmax/dropout — repeated by selective
     recompute), flops_f (hardware FLOPs of one forward), wgrad_col (column-parallel weight-gradient
     GEMMs, under which async TP hides its backward collectives), mm_rc (the matmuls op-level SAC
-    recomputes: every second one), quant_f/quant_b (FP8/FP4 quantization work, inside elem_*).
+    recomputes: every second one), up_f (MLA's q/kv up-projection GEMMs, forward: what Megatron's
+    mla_up_proj recompute re-runs; its RoPE pass is left in elem_f), quant_f/quant_b (FP8/FP4
+    quantization work, inside elem_*).
 
     The runtime (`train.rt.kernels`) sets the memory-bound passes (fused vs eager norms, RoPE,
     activation, loss), the attention kernel (its efficiency on this GPU: `hw.attention_eff`) and
@@ -167,10 +169,14 @@ def layer_compute_times(ctx, hw, p):
     q_in = q_out = _w(0.0)                                 # elements quantized per token: GEMM inputs (fwd), output grads (bwd)
     sac_rc = _w(0.0)                                        # forward matmul time op-level SAC recomputes
     kv_share = (2 * m.kv_width / (m.q_width + 2 * m.kv_width)) / 2 if not m.mla else 0.0   # wk of wq,wk,wv
-    for (N, K, col) in attention_linears_rank(m, tp):
+    up_f = _w(0.0)                                         # MLA q/kv up-projections, forward (mla_up_proj recompute)
+    names = [nm for nm, *_ in m.attn_linears()]
+    for nm, (N, K, col) in zip(names, attention_linears_rank(m, tp)):
         f, b = gemm(T, N, K)
         gf, gbk, flops = gf + f, gbk + b, flops + 2 * T * N * K
         mm_f.append(f)
+        if nm in ("q_up", "kv_up"):
+            up_f = up_f + f
         # torchtitan's order wq, wk, wv, wo, w1, w3, w2 saves the 1st, 3rd, … mm outputs: wk, wo, w3 rerun
         sac_rc = sac_rc + f * (kv_share if col and len(mm_f) == 1 else (1.0 if not col else 0.0))
         if col:
@@ -263,7 +269,7 @@ def layer_compute_times(ctx, hw, p):
     elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b, n_k + 2)
     return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
-            "mm_rc": mm_rc, "quant": membound_time(hw, quant_f + quant_b, 0)}
+            "mm_rc": mm_rc, "up_f": up_f, "quant": membound_time(hw, quant_f + quant_b, 0)}
 
 
 def head_compute_times(ctx, hw, p):

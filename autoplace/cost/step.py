@@ -108,6 +108,9 @@ def stage_times(ctx, hw, p):
         rc_sel = lt["elem_f"] + lt["mm_rc"]
     else:
         rc_sel = lt["attn_f"] + lt["attn_elem_f"]            # Megatron selective: the attention core
+        mods = tuple(getattr(p, "recompute_modules", ()) or ())
+        if mods:                                            # --recompute-modules: the listed modules' forwards
+            rc_sel = (rc_sel if "core_attn" in mods else 0.0) + (lt["up_f"] if "mla_up_proj" in mods else 0.0)
     # TP: embedding (AR fwd | RS fwd + AG bwd) and output layer (AR bwd | AG fwd + RS bwd + re-AG)
     st = N.axis_strides(p)
     T = _w(p.mbs) * ctx.train.seq_len / _w(p.cp)
@@ -403,7 +406,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     peak = K.gemm_peak(hw, t)
     attn_share = _attn_flop_share(ctx)
     hflops = mflops * (1.0 + np.where(_w(p.rc) == 2, 1.0 / 3.0,
-                                      np.where(_w(p.rc) == 1, attn_share / 3.0,
+                                      np.where(_w(p.rc) == 1, _selective_rc_share(ctx, p, attn_share),
                                                np.where(_w(p.rc) == 3, _w(p.recompute_layers) * pp / max(m.layers, 1) / 3.0, 0.0))))
     peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p)
     limit = Mm.memory_limit(hw, headroom)
@@ -422,6 +425,21 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
         "micro_batches": mb + 0 * step,
         "pipeline_s": T_pipe,            # the schedule alone: (m·v − 1)·max t_i / v + Σ t_i / v
     }
+
+
+def _selective_rc_share(ctx, p, attn_share):
+    """Recomputed forward FLOPs of selective recompute as a share of model FLOPs: the attention core
+    (attn_share / 3: its forward), or the listed --recompute-modules (mla_up_proj: the q/kv
+    up-projection GEMMs, 2·(r_q·H·d_qk + r_kv·H·(d_nope + d_v)) per token and layer)."""
+    mods = tuple(getattr(p, "recompute_modules", ()) or ())
+    if not mods:
+        return attn_share / 3.0
+    m, t = ctx.model, ctx.train
+    share = attn_share / 3.0 if "core_attn" in mods else 0.0
+    if "mla_up_proj" in mods and m.mla and not m.states_only:
+        up = sum(k * o for nm, k, o, _ in m.attn_linears() if nm in ("q_up", "kv_up"))
+        share += t.tokens_per_step * m.layers * 2.0 * up / K.model_flops_per_step(ctx)
+    return share
 
 
 def _attn_flop_share(ctx):

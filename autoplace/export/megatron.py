@@ -74,6 +74,14 @@ def _rules() -> tuple:
           lambda c, p: _a(c.shaped and _activation_flag(c.model) is None),
           lambda c, p: f"{'gated ' if c.model.gated_mlp else ''}{_act(c.model)} MLP: Megatron-LM's flags are GeLU "
                        "(default), --swiglu (gated SiLU) and --squared-relu; no flag for this activation"),
+        R("attention", "attention the flags write: full causal (GQA, MLA)",
+          lambda c, p: _a(c.shaped and bool(c.model.sliding_window or c.model.attn_sinks)),
+          lambda c, p: f"{c.model.name} uses "
+                       + " and ".join(x for x in (f"a {c.model.sliding_window}-token sliding window"
+                                                  if c.model.sliding_window else "",
+                                                  "attention sinks" if c.model.attn_sinks else "") if x)
+                       + ": this export writes full causal attention only (run it from the model's "
+                         "Megatron-Bridge provider)"),
         R("block-vpp", "block recompute per virtual chunk",
           lambda c, p: _block_vpp_bad(c, p),
           lambda c, p: f"block recompute of {p.recompute_layers} layers per stage with vpp={p.vpp}: Megatron's block "
@@ -199,6 +207,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
     kind, k = rc.kind, rc.layers
     if kind == "selective":
         f.append(("--recompute-granularity", "selective"))
+        if plan.recompute_modules:
+            f.append(("--recompute-modules", " ".join(plan.recompute_modules)))
     elif kind == "full":
         f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
               ("--recompute-num-layers", 1)]
@@ -243,8 +253,18 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--disable-bias-linear", None))
         if m.qkv_bias:
             f.append(("--add-qkv-bias", None))
-    if m.qk_norm:
+    if m.mla:
+        # multi-latent attention (Megatron-LM's DeepSeek-V3 flags): --qk-layernorm is the latent
+        # RMSNorms there; --qk-head-dim is the non-rotary part of the per-head query/key width
+        f.append(("--multi-latent-attention", None))
+        if m.q_lora_rank:
+            f.append(("--q-lora-rank", m.q_lora_rank))
+        f += [("--kv-lora-rank", m.kv_lora_rank), ("--qk-head-dim", m.qk_nope_head_dim),
+              ("--qk-pos-emb-head-dim", m.qk_rope_head_dim), ("--v-head-dim", m.v_head_dim)]
+    if m.qk_norm or m.mla:
         f.append(("--qk-layernorm", None))
+    if m.mtp_layers:
+        f.append(("--mtp-num-layers", m.mtp_layers))
     if not m.tied_embeddings:
         f.append(("--untie-embeddings-and-output-weights", None))
     if t is not None:
@@ -268,11 +288,11 @@ def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:
     if v == 1 and (not mid or len(set(mid)) == 1):
         return [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
     # explicit layout over the pp·v (virtual) stages in layer order: E = embedding, t = transformer
-    # layer, L = loss; stages separated by '|'
+    # layer, m = multi-token-prediction module (on the last stage), L = loss; stages separated by '|'
     chunks = virtual_chunks(split, v)
     stages = [f"t*{n}" if n > 1 else "t" for n in chunks]
     stages[0] = "E" + stages[0]
-    stages[-1] = stages[-1] + "L"
+    stages[-1] = stages[-1] + "m" * job.model.mtp_layers + "L"
     return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 

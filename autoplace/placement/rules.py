@@ -125,6 +125,22 @@ def _stage_recompute_bad(ctx, p) -> bool:
     return any(r > l for r, l in zip(srec, split))
 
 
+def _modules_bad(ctx, p):
+    mods = tuple(getattr(p, "recompute_modules", ()) or ())
+    if not mods:
+        return _false(p)
+    no_mla = "mla_up_proj" in mods and ctx.shaped and not ctx.model.mla
+    return (_a(p.rc) != 1) | no_mla
+
+
+def _modules_message(ctx, p) -> str:
+    mods = "+".join(getattr(p, "recompute_modules", ()) or ())
+    if np.any(np.asarray(p.rc) != 1):
+        return f"recompute_modules={mods} needs recompute=selective (got recompute={p.recompute})"
+    return (f"recompute_modules={mods}: mla_up_proj recomputes MLA's up-projections and "
+            f"{ctx.model.name} has standard attention; use core_attn")
+
+
 def _m(ctx, p):
     return micro_batches(p, ctx.train.global_batch)
 
@@ -236,6 +252,9 @@ RULES: list[Rule] = [
                        "and the stage's layer count" if _stage_recompute_bad(c, p) else
                        f"recompute=block with recompute_layers={p.recompute_layers} exceeds the "
                        f"{c.model.layers // max(p.pp, 1)} layers of a stage")),
+    Rule("R2", "semantic", "recompute modules: selective recompute, and the modules the model has",
+         lambda c, p: _modules_bad(c, p),
+         lambda c, p: _modules_message(c, p)),
     # ---- correctness conditions ----------------------------------------------------------------
     Rule("GI", "GI", "gradient integrity",
          lambda c, p: _a(bool(_omitted(c, p, "GI"))),

@@ -71,7 +71,7 @@ def validate_runtime(rt) -> None:
 
 WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "cp", "ep", "etp",
             "schedule", "vpp-group", "uneven", "offload", "offload-partial", "offload-zero", "recompute", "order",
-            "stage-recompute", "precision", "fetch-sync")
+            "stage-recompute", "recompute-modules", "precision", "fetch-sync")
 
 
 def _a(x):
@@ -184,6 +184,12 @@ def capability_rules(rt) -> tuple:
         add("recompute", "recompute kinds",
             lambda c, p: _not_in(p.rc, rc) | (len(getattr(p, "stage_recompute", ()) or ()) > 0) & (3 not in rc),
             lambda c, p: f"recompute={p.recompute}: {who} offers {', '.join(s.recompute)}")
+    add("recompute-modules", "named selective-recompute modules",
+        lambda c, p: _a(bool(set(getattr(p, "recompute_modules", ()) or ()) - set(s.recompute_modules))),
+        lambda c, p: (f"recompute_modules={'+'.join(p.recompute_modules)}: {who} "
+                      + (f"names {', '.join(s.recompute_modules)} only" if s.recompute_modules else
+                         f"has no module list for selective recompute (its selective is {rt.memory.selective}); "
+                         "drop recompute_modules")))
     orders = _codes(s.rank_orders, RANK_ORDERS)
     if set(orders) != {0, 1}:
         add("order", "rank order", lambda c, p: (_a(p.ep) > 1) & _not_in(p.order, orders),

@@ -252,6 +252,9 @@ class Capabilities:
     """Lowest ZeRO stage its optimizer offload runs with."""
     recompute: tuple = ("none", "selective", "full", "block")
     """`Plan.recompute` kinds it can express."""
+    recompute_modules: tuple = ()
+    """`Plan.recompute_modules` it can name for selective recompute (Megatron-Core ≥ 0.12
+    `--recompute-modules`); () → only its own selective policy (`memory.selective`)."""
     rank_orders: tuple = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")
     """Mesh orders it builds."""
     fetch_sync: bool = False

@@ -45,6 +45,7 @@ from autoplace.validate.record import (
     parse_precision,
     parse_recipe,
     parse_recompute,
+    parse_recompute_modules,
     parse_zero,
     record_text,
     source_key,
@@ -285,6 +286,10 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
         assumptions.append(f"local batch {lbs} per data-parallel rank → {kw['pp_flushes']} pipeline schedules per "
                            f"step ({rt.name} runs one per local batch)")
     rc = recompute_override or parse_recompute(plan.get("recompute"))
+    mods = parse_recompute_modules(plan.get("recompute")) if rc == "selective" and not recompute_override else ()
+    if mods:
+        kw["recompute_modules"] = mods
+        assumptions.append(f"selective recompute of the stated modules {'+'.join(mods)} (Megatron --recompute-modules)")
     sched, vpp = schedule_of(rec, kw["pp"], assumptions)
     sp = plan.get("sequence_parallel")
     if sp is None:

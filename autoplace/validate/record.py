@@ -168,6 +168,20 @@ def parse_recompute(text) -> str | None:
     raise Skip(f"recompute mode '{text}' is not understood")
 
 
+def parse_recompute_modules(text) -> tuple:
+    """Megatron-Core --recompute-modules a selective recompute string lists ("selective: modules
+    ['mla_up_proj']"); () when it lists none. Skip for modules the planner does not price."""
+    from autoplace.plan import MEGATRON_RECOMPUTE_MODULES, RECOMPUTE_MODULES
+    s = str(text or "").lower()
+    if "selective" not in s:
+        return ()
+    mods = tuple(dict.fromkeys(w for w in re.findall(r"[a-z_]+", s) if w in MEGATRON_RECOMPUTE_MODULES))
+    bad = [x for x in mods if x not in RECOMPUTE_MODULES]
+    if bad:
+        raise Skip(f"recompute module(s) {', '.join(bad)} are not modelled by the planner")
+    return mods
+
+
 def parse_global_batch(gb, seq_len) -> tuple[int | None, str | None]:
     """Sequences per step; a string that says tokens is divided by the sequence length."""
     if gb is None:
