@@ -632,3 +632,21 @@ def test_cli_does_not_import_heavy_modules():
             "bad=[m for m in ('torch','optuna','ortools') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_uneven_parents_fall_back_to_the_distributed_optimizer():
+    """61-layer DeepSeek-V3: no pp divides L, so pipelined plans exist only with an uneven split
+    (--method ilp). When the best uniform plans are ZeRO-3 and the runtime refuses ZeRO-2/3 under
+    pipelining (megatron-core, RT-zero-pp), the uneven parents take the distributed optimizer instead
+    of being dropped — before this the ILP had no parent at all under `--launcher megatron`."""
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.check import capability_rules
+    from autoplace.search.driver import _uneven_parents
+    ctx = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=1024), 256)
+    en = enumerate_space(ctx, load_space("default"))
+    rules = capability_rules(load_runtime("megatron-core"))
+    tpl = Plan(dp=256, ep=32, zero=3, recompute="block", recompute_layers=46, mbs=4).resolved(256)
+    parents = _uneven_parents(ctx, en, [tpl], rules=rules)
+    assert parents and all(q.pp > 1 and ctx.model.layers % q.pp for q in parents)
+    assert {q.zero for q in parents} == {1}
+    assert all([v.rule for v in check(ctx, q, rules)] == ["D3"] for q in parents)

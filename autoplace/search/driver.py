@@ -277,7 +277,10 @@ def _uneven_parents(ctx, en, templates, limit: int = 64, rules=()) -> list:
         tp, pp, cp, dp, ep, etp = (int(d[k][i]) for k in ("tp", "pp", "cp", "dp", "ep", "t_exp"))
         if pp < 2 or L % pp == 0 or pp > L or B % dp:
             continue
-        for tpl in templates:
+        # each template as it is and, when it shards parameters or gradients, with the distributed
+        # optimizer instead (runtimes without ZeRO-2/3 under pipelining refuse the former: RT-zero-pp)
+        tpls = list(templates) + [t.with_(zero=1, reshard_after_forward=True) for t in templates if t.zero >= 2]
+        for tpl in tpls:
             mbs = tpl.mbs if B % (tpl.mbs * dp) == 0 else 1
             q = tpl.with_(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=0 if etp == tp else etp, mbs=mbs,
                           dp_replicate=tpl.dp_replicate if dp % tpl.dp_replicate == 0 else 1,
