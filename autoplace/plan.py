@@ -20,6 +20,23 @@ RECOMPUTE = ("none", "selective", "full", "block")      # rc codes 0..3
 # (moe_act, layernorm, mlp, moe, shared_experts) are refused with that reason
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj")
 MEGATRON_RECOMPUTE_MODULES = RECOMPUTE_MODULES + ("moe_act", "layernorm", "mlp", "moe", "shared_experts")
+
+
+def modules_code(mods) -> int:
+    """recompute_modules → the `rc_mods` bit mask (bit i: RECOMPUTE_MODULES[i]; 0: none named)."""
+    return sum(1 << RECOMPUTE_MODULES.index(x) for x in set(mods or ()))
+
+
+def modules_of(code: int) -> tuple:
+    """The `rc_mods` bit mask → recompute_modules, in RECOMPUTE_MODULES order."""
+    return tuple(x for i, x in enumerate(RECOMPUTE_MODULES) if int(code) >> i & 1)
+
+
+def module_flags(p):
+    """(named, core_attn, mla_up_proj) of a Plan or a batch (bool scalars or arrays), from `rc_mods`."""
+    import numpy as np
+    c = np.asarray(getattr(p, "rc_mods", 0), dtype=np.int64)
+    return c > 0, (c & 1) > 0, (c & 2) > 0
 SCHEDULES = ("1f1b", "interleaved", "gpipe")            # sched codes 0..2
 OFFLOAD = ("none", "optimizer", "grads", "params")      # off codes 0..3 (each implies the ones before)
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")          # order codes 0 (Megatron), 1 (torchtitan)
@@ -172,6 +189,11 @@ class Plan:
     @property
     def rc(self) -> int:
         return RECOMPUTE.index(self.recompute)
+
+    @property
+    def rc_mods(self) -> int:
+        """recompute_modules as a bit mask (`modules_code`): a PlanBatch column."""
+        return modules_code(self.recompute_modules)
 
     @property
     def sched(self) -> int:

@@ -650,3 +650,73 @@ def test_uneven_parents_fall_back_to_the_distributed_optimizer():
     assert parents and all(q.pp > 1 and ctx.model.layers % q.pp for q in parents)
     assert {q.zero for q in parents} == {1}
     assert all([v.rule for v in check(ctx, q, rules)] == ["D3"] for q in parents)
+
+
+# ---- Megatron-Core --recompute-modules as a searched knob -------------------------------------
+def test_recompute_modules_are_enumerated_for_mla_models_only_and_priced_like_estimate():
+    """The default space lists recompute_modules ([], mla_up_proj, core_attn+mla_up_proj) with
+    selective recompute: an MLA model (DeepSeek-V3) gets the two module sets as extra selective
+    options, a standard-attention model none; every such batch row costs what `estimate` of the
+    same scalar plan says (one cost function), and the rows round-trip to plans naming the modules."""
+    from autoplace.cost.step import evaluate
+    from autoplace.plan import modules_code
+    sp = load_space("default")
+    assert set(sp.recompute_modules) == {0, modules_code(["mla_up_proj"]), modules_code(["core_attn", "mla_up_proj"])}
+    dense = enumerate_space(_ctx(get_preset("13b"), 64, 1024, 4096), sp)
+    assert set(np.unique(dense.groups[[g.name for g in dense.groups].index("rc")].cols["rc_mods"])) == {0}
+    ds = get_preset("deepseek-v3")
+    ctx = Ctx(ds, TrainingSpec(seq_len=4096, global_batch=1024), 256)
+    en = enumerate_space(ctx, sp)
+    rc = en.groups[[g.name for g in en.groups].index("rc")]
+    assert set(np.unique(rc.cols["rc_mods"])) == {0, 2, 3}
+    assert np.all(rc.cols["rc"][rc.cols["rc_mods"] > 0] == 1)          # modules only with selective
+    hw = load_hardware("GB200-NVL72")
+    base = Plan(dp=256, ep=32, zero=1, recompute="selective", mbs=1).resolved(256)
+    peaks, steps = {}, {}
+    for mods in ((), ("mla_up_proj",), ("core_attn", "mla_up_proj")):
+        p = Plan(**{**base.__dict__, "recompute_modules": mods}) if mods else base
+        doc = estimate(ds, hw, ctx.train, p, 256)
+        b = PlanBatch.from_plans([p])
+        assert b.rc_mods[0] == modules_code(mods) and b.plan(0).recompute_modules == mods
+        ev = evaluate(ctx, hw, b)
+        assert math.isclose(float(ev["step_s"][0]), doc["time"]["step_s"], rel_tol=1e-12)
+        assert math.isclose(float(ev["peak_bytes"][0]), doc["memory"]["peak_bytes"], rel_tol=1e-12)
+        peaks[mods], steps[mods] = doc["memory"]["peak_bytes"], doc["time"]["step_s"]
+    # mla_up_proj keeps none of the per-head Q/K/V: 128 heads × (2·192 + 128) bf16 per token and
+    # layer less (61 layers, mbs 1 × 4096 tokens in flight under pp = 1; the peak adds the MTP layer
+    # and the allocator's reserve on top)
+    per_layer = 4096 * 2 * 128 * (2 * 192 + 128)
+    drop = peaks[()] - peaks[("mla_up_proj",)]
+    assert 61 * per_layer <= drop <= 1.05 * 61 * per_layer
+    # under flash, Megatron's default selective (core_attn) re-runs the core and saves nothing: naming
+    # mla_up_proj alone drops that re-run and re-runs the (cheaper) up-projections instead
+    assert steps[("mla_up_proj",)] < steps[()]
+    # adding core_attn to the list re-runs the flash core too: slower, same memory (flash keeps its LSE only)
+    assert steps[("core_attn", "mla_up_proj")] > steps[("mla_up_proj",)]
+    assert math.isclose(peaks[("core_attn", "mla_up_proj")], peaks[("mla_up_proj",)], rel_tol=1e-12)
+
+
+def test_recompute_modules_space_cut_and_bad_values(tmp_path):
+    from autoplace.search.space import space_for_runtime
+    assert space_for_runtime("megatron-core").recompute_modules == load_space("default").recompute_modules
+    for rt in ("torchtitan", "deepspeed", "torch-native"):
+        assert space_for_runtime(rt).recompute_modules == (0,)
+    f = tmp_path / "s.toml"
+    f.write_text('name = "x"\n[knobs]\nrecompute_modules = [["mla_up_proj", "moe_act"]]\n')
+    with pytest.raises(InputError, match="recompute_modules.*'moe_act' is not one of core_attn, mla_up_proj"):
+        load_space(str(f))
+
+
+def test_search_takes_mla_up_proj_where_it_pays():
+    """DeepSeek-V3 on 256 GB200 (B = 1024, seq 4096): the fastest plan that fits recomputes the MLA
+    up-projections; the best plan without named modules is slower (the module set frees the
+    activation memory a larger micro-batch / less recompute needs)."""
+    from autoplace.search.driver import run_search
+    ctx = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=1024), 256)
+    hw = load_hardware("GB200-NVL72")
+    sp = load_space("default").with_(tp=Choice((1,)), cp=Choice((1,)), pp=Choice((1,)), ep=Choice((32, 64)))
+    best = run_search(ctx, hw, sp, top_k=1)
+    none = run_search(ctx, hw, sp.with_(recompute_modules=(0,)), top_k=1)
+    assert best["plans"][0].recompute_modules == ("mla_up_proj",)
+    assert none["plans"][0].recompute_modules == ()
+    assert best["steps"][0] < none["steps"][0] * 0.995

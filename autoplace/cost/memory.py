@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cost.precision import param_store_bytes, recipe_of
-from autoplace.plan import micro_batches
+from autoplace.plan import micro_batches, module_flags
 from autoplace.specs.model import padded_vocab
 
 
@@ -229,14 +229,15 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         saved = 0.0
     full = sb * (repl + qkvo + core + mlp - saved)
     selective = sb * (repl + qkvo + mlp - saved) + np.where(t.attention == "eager", 0.0, sb * core)
-    mods = tuple(getattr(p, "recompute_modules", ()) or ())
-    if mods:
+    named, m_core, m_up = module_flags(p)
+    if np.any(named):
         # Megatron-Core --recompute-modules: core_attn drops the eager score tensors (flash keeps
         # only its log-sum-exp either way); mla_up_proj drops the per-head Q, K (d_qk) and V (d_v)
         # the up-projections make — the attention output and the latents stay
-        selective = full - (np.where(t.attention == "eager", sb * core, 0.0) if "core_attn" in mods else 0.0)
-        if "mla_up_proj" in mods and m.mla:
-            selective = selective - sb * bA * m.heads / tp * (2 * m.d_qk + m.d_v)
+        listed = full - np.where(m_core & (t.attention == "eager"), sb * core, 0.0)
+        if m.mla:
+            listed = listed - np.where(m_up, sb * bA * m.heads / tp * (2 * m.d_qk + m.d_v), 0.0)
+        selective = np.where(named, listed, selective)
     if t.rt.memory.selective == "op-sac":
         # torchtitan op-level SAC keeps the layer input, every other matmul output (wq, wv, w1, w2 of
         # wq wk wv wo w1 w3 w2) and the SDPA output + log-sum-exp; norms, RoPE, activations, wk, wo

@@ -26,7 +26,7 @@ from autoplace.cost import memory as Mm
 from autoplace.cost import network as N
 from autoplace.cost.memory import _w
 from autoplace.cost.precision import param_gather_bytes
-from autoplace.plan import micro_batches
+from autoplace.plan import micro_batches, module_flags
 
 DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket when the runtime states none (torch DDP 25 MiB)
 BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
@@ -108,9 +108,8 @@ def stage_times(ctx, hw, p):
         rc_sel = lt["elem_f"] + lt["mm_rc"]
     else:
         rc_sel = lt["attn_f"] + lt["attn_elem_f"]            # Megatron selective: the attention core
-        mods = tuple(getattr(p, "recompute_modules", ()) or ())
-        if mods:                                            # --recompute-modules: the listed modules' forwards
-            rc_sel = (rc_sel if "core_attn" in mods else 0.0) + (lt["up_f"] if "mla_up_proj" in mods else 0.0)
+        named, core, up = module_flags(p)                   # --recompute-modules: the listed modules' forwards
+        rc_sel = np.where(named, np.where(core, rc_sel, 0.0) + np.where(up, lt["up_f"], 0.0), rc_sel)
     # TP: embedding (AR fwd | RS fwd + AG bwd) and output layer (AR bwd | AG fwd + RS bwd + re-AG)
     st = N.axis_strides(p)
     T = _w(p.mbs) * ctx.train.seq_len / _w(p.cp)
@@ -431,15 +430,13 @@ def _selective_rc_share(ctx, p, attn_share):
     """Recomputed forward FLOPs of selective recompute as a share of model FLOPs: the attention core
     (attn_share / 3: its forward), or the listed --recompute-modules (mla_up_proj: the q/kv
     up-projection GEMMs, 2·(r_q·H·d_qk + r_kv·H·(d_nope + d_v)) per token and layer)."""
-    mods = tuple(getattr(p, "recompute_modules", ()) or ())
-    if not mods:
-        return attn_share / 3.0
+    named, core, up = module_flags(p)
     m, t = ctx.model, ctx.train
-    share = attn_share / 3.0 if "core_attn" in mods else 0.0
-    if "mla_up_proj" in mods and m.mla and not m.states_only:
-        up = sum(k * o for nm, k, o, _ in m.attn_linears() if nm in ("q_up", "kv_up"))
-        share += t.tokens_per_step * m.layers * 2.0 * up / K.model_flops_per_step(ctx)
-    return share
+    up_share = 0.0
+    if np.any(up) and m.mla and not m.states_only:
+        w = sum(k * o for nm, k, o, _ in m.attn_linears() if nm in ("q_up", "kv_up"))
+        up_share = t.tokens_per_step * m.layers * 2.0 * w / K.model_flops_per_step(ctx)
+    return np.where(named, np.where(core, attn_share / 3.0, 0.0) + np.where(up, up_share, 0.0), attn_share / 3.0)
 
 
 def _attn_flop_share(ctx):

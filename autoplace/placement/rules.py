@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from autoplace.plan import micro_batches
+from autoplace.plan import micro_batches, module_flags, modules_of
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,13 @@ def _stage_recompute_bad(ctx, p) -> bool:
 
 
 def _modules_bad(ctx, p):
-    mods = tuple(getattr(p, "recompute_modules", ()) or ())
-    if not mods:
-        return _false(p)
-    no_mla = "mla_up_proj" in mods and ctx.shaped and not ctx.model.mla
-    return (_a(p.rc) != 1) | no_mla
+    named, _, up = module_flags(p)
+    no_mla = up & bool(ctx.shaped and not ctx.model.mla)
+    return named & ((_a(p.rc) != 1) | no_mla)
 
 
 def _modules_message(ctx, p) -> str:
-    mods = "+".join(getattr(p, "recompute_modules", ()) or ())
+    mods = "+".join(modules_of(int(np.asarray(p.rc_mods))))
     if np.any(np.asarray(p.rc) != 1):
         return f"recompute_modules={mods} needs recompute=selective (got recompute={p.recompute})"
     return (f"recompute_modules={mods}: mla_up_proj recomputes MLA's up-projections and "

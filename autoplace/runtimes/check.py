@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from autoplace.errors import InputError
-from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES
+from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES, modules_code, modules_of
 
 ATTENTION_KERNELS = ("cudnn", "flash3", "flash2", "sdpa", "flex", "eager", "flash")
 ELEMENTWISE = ("fused", "compiled", "eager")
@@ -185,8 +185,8 @@ def capability_rules(rt) -> tuple:
             lambda c, p: _not_in(p.rc, rc) | (len(getattr(p, "stage_recompute", ()) or ()) > 0) & (3 not in rc),
             lambda c, p: f"recompute={p.recompute}: {who} offers {', '.join(s.recompute)}")
     add("recompute-modules", "named selective-recompute modules",
-        lambda c, p: _a(bool(set(getattr(p, "recompute_modules", ()) or ()) - set(s.recompute_modules))),
-        lambda c, p: (f"recompute_modules={'+'.join(p.recompute_modules)}: {who} "
+        lambda c, p: _a((np.asarray(getattr(p, "rc_mods", 0), dtype=np.int64) & ~modules_code(s.recompute_modules)) != 0),
+        lambda c, p: (f"recompute_modules={'+'.join(modules_of(int(np.asarray(p.rc_mods))))}: {who} "
                       + (f"names {', '.join(s.recompute_modules)} only" if s.recompute_modules else
                          f"has no module list for selective recompute (its selective is {rt.memory.selective}); "
                          "drop recompute_modules")))

@@ -17,18 +17,18 @@ from dataclasses import MISSING, fields
 
 import numpy as np
 
-from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES, Plan
+from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES, Plan, modules_of
 
 # stored columns (everything else is derived from them)
 INT_COLS = ("tp", "pp", "vpp", "cp", "ep", "t_exp", "dp", "dp_replicate", "zero", "rc",
-            "recompute_layers", "off", "mbs", "sched", "G", "order")
+            "recompute_layers", "rc_mods", "off", "mbs", "sched", "G", "order")
 BOOL_COLS = ("sp", "tp_overlap", "dp_overlap", "reshard_after_forward")
 FLOAT_COLS = ("offload_fraction",)
 COLUMNS = INT_COLS + BOOL_COLS + FLOAT_COLS
 
 # Plan fields covered by the columns above (possibly under another name / as a code)
 _COVERED = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "dp_replicate", "zero", "reshard_after_forward",
-            "sp", "recompute", "recompute_layers", "offload", "offload_fraction", "mbs", "schedule",
+            "sp", "recompute", "recompute_layers", "recompute_modules", "offload", "offload_fraction", "mbs", "schedule",
             "vpp_group", "rank_order", "tp_overlap", "dp_overlap"}
 _SCALAR_ONLY = {"layer_split", "stage_recompute", "dp_modes", "zero_axes", "omit"}
 
@@ -189,6 +189,7 @@ class PlanBatch(_Base):
             dp=g("dp"), dp_replicate=g("dp_replicate"), zero=g("zero"),
             reshard_after_forward=bool(g("reshard_after_forward")), sp=bool(g("sp")),
             recompute=RECOMPUTE[g("rc")], recompute_layers=g("recompute_layers"),
+            recompute_modules=modules_of(g("rc_mods")),
             offload=OFFLOAD[g("off")], offload_fraction=float(g("offload_fraction")), mbs=g("mbs"),
             schedule=SCHEDULES[sched], vpp_group=0 if G == pp else G, rank_order=RANK_ORDERS[g("order")],
             tp_overlap=bool(g("tp_overlap")), dp_overlap=bool(g("dp_overlap")), **extra)

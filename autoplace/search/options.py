@@ -8,7 +8,8 @@ of five groups whose allowed values depend on the degree row but not on each oth
 |---------|------------------------------------------------------|------------------------------------------|
 | misc    | order, dp_overlap, the space's extra Plan flags      | one rank order when ep = 1               |
 | tp      | sp, tp_overlap                                       | SP only for tp > 1; overlap only with SP |
-| rc      | rc, recompute_layers                                 | block layers 1 … L/pp − 1                |
+| rc      | rc, recompute_layers, rc_mods                        | block layers 1 … L/pp − 1; modules with  |
+|         |                                                      | selective only, mla_up_proj on MLA only  |
 | batch   | mbs, sched, vpp, G                                   | mbs ∣ B/dp; pp = 1 → 1F1B; vpp ∣ L/pp    |
 | state   | zero, reshard_after_forward, dp_replicate, off, φ    | dp_replicate ∣ dp, > 1 with ZeRO only    |
 
@@ -131,20 +132,34 @@ def tp_group(ctx, space: Space, deg: dict) -> OptionGroup:
     return make_group("tp", r, {"sp": sp_col[k], "tp_overlap": overlap_col[k]}, n)
 
 
+def module_codes(ctx, space: Space) -> tuple:
+    """The space's recompute_modules codes that mean distinct plans for this model: mla_up_proj
+    only on MLA models; `core_attn` alone is Megatron's default selective (code 0) when 0 is listed."""
+    m = ctx.model
+    mla = bool(getattr(m, "mla", False)) and not m.states_only
+    codes = [c for c in space.recompute_modules if mla or not c & 2]
+    if 0 in codes and 1 in codes:
+        codes.remove(1)
+    return tuple(codes) or (0,)
+
+
 def rc_group(ctx, space: Space, deg: dict, collapse: bool = False) -> OptionGroup:
-    """(rc, recompute_layers). Block recompute: one option per layer count 1 … L/pp − 1 (or the
-    space's list) — or, with `collapse`, one slot per row standing for all of them (w = their
-    number); the search then solves for the smallest count that fits."""
+    """(rc, recompute_layers, rc_mods). Block recompute: one option per layer count 1 … L/pp − 1
+    (or the space's list) — or, with `collapse`, one slot per row standing for all of them (w = their
+    number); the search then solves for the smallest count that fits. Selective recompute: one
+    option per recompute_modules set of the space (`module_codes`)."""
     n = deg["tp"].shape[0]
     m = ctx.model
     L = m.layers
-    owners, rc_c, rl_c, w_c = [], [], [], []
+    owners, rc_c, rl_c, w_c, md_c = [], [], [], [], []
     for code in space.recompute:
         if code != 3:
-            owners.append(np.arange(n))
-            rc_c.append(np.full(n, code))
-            rl_c.append(np.zeros(n, np.int64))
-            w_c.append(np.ones(n, np.int64))
+            for mc in (module_codes(ctx, space) if code == 1 else (0,)):
+                owners.append(np.arange(n))
+                rc_c.append(np.full(n, code))
+                rl_c.append(np.zeros(n, np.int64))
+                w_c.append(np.ones(n, np.int64))
+                md_c.append(np.full(n, mc, np.int64))
     if 3 in space.recompute and not m.states_only:
         per_stage = np.where(L % deg["pp"] == 0, L // deg["pp"], 0)
         grid = value_grid(space.recompute_layers, int(per_stage.max(initial=1)))
@@ -161,14 +176,17 @@ def rc_group(ctx, space: Space, deg: dict, collapse: bool = False) -> OptionGrou
             rc_c.append(np.full(r.size, 3))
             rl_c.append(np.full(r.size, int(grid[0]) if grid.size else 1))
             w_c.append(n_rl[r])
+            md_c.append(np.zeros(r.size, np.int64))
         else:
             r, k = np.nonzero(mask)
             owners.append(r)
             rc_c.append(np.full(r.size, 3))
             rl_c.append(grid[k])
             w_c.append(np.ones(r.size, np.int64))
+            md_c.append(np.zeros(r.size, np.int64))
     return make_group("rc", np.concatenate(owners),
-                      {"rc": np.concatenate(rc_c), "recompute_layers": np.concatenate(rl_c)},
+                      {"rc": np.concatenate(rc_c), "recompute_layers": np.concatenate(rl_c),
+                       "rc_mods": np.concatenate(md_c)},
                       n, np.concatenate(w_c))
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from autoplace.placement import rules as placement_rules
 from autoplace.search.batch import GridBatch, PlanBatch
 
-NEUTRAL = {"vpp": 1, "zero": 0, "rc": 0, "recompute_layers": 0, "off": 0, "mbs": 1, "sched": 0,
+NEUTRAL = {"vpp": 1, "zero": 0, "rc": 0, "recompute_layers": 0, "rc_mods": 0, "off": 0, "mbs": 1, "sched": 0,
            "order": 0, "dp_replicate": 1, "offload_fraction": 1.0, "sp": False, "tp_overlap": False,
            "dp_overlap": True, "reshard_after_forward": True}
 """The most permissive value of every non-degree knob (no ZeRO, SP, recompute or offload; mbs 1, 1F1B)."""

@@ -35,7 +35,7 @@ else:  # pragma: no cover
 
 from autoplace.data import data_dir
 from autoplace.errors import InputError
-from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES
+from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, modules_code, modules_of
 
 SPACE_DIR = data_dir("search_spaces")
 DEFAULT_SPACE = "default"
@@ -108,6 +108,7 @@ class Space:
     tp_overlap: tuple = (False,)              # only with sp
     recompute: tuple = (0,)                   # rc codes
     recompute_layers: Choice = Choice((), lo=1, hi=None, divisors=False)   # "all": 1 .. L/pp − 1
+    recompute_modules: tuple = (0,)           # rc_mods codes (modules_code) tried with selective recompute
     offload: tuple = (0,)
     offload_fraction: tuple = (1.0,)
     # batch / schedule
@@ -137,6 +138,8 @@ class Space:
                 out[k] = list(v.values) if v.values else v.describe()
             elif k == "recompute":
                 out[k] = [RECOMPUTE[c] for c in v]
+            elif k == "recompute_modules":
+                out[k] = [list(modules_of(c)) for c in v]
             elif k == "offload":
                 out[k] = [OFFLOAD[c] for c in v]
             elif k == "schedule":
@@ -262,6 +265,19 @@ def _names(src, key, raw, table, aliases) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def _module_sets(src, key, raw) -> tuple:
+    """[[], ["mla_up_proj"], "core_attn+mla_up_proj", …] → rc_mods codes ([] = the runtime's selective)."""
+    out = []
+    for v in _as_list(src, key, raw):
+        names = v if isinstance(v, list) else [x for x in str(v).replace(":", "+").split("+") if x.strip()]
+        for x in names:
+            if str(x).strip().lower() not in RECOMPUTE_MODULES:
+                raise _err(src, f"knob '{key}': '{x}' is not one of {', '.join(RECOMPUTE_MODULES)} "
+                                "(each value is a list of module names, [] for the runtime's selective)")
+        out.append(modules_code(str(x).strip().lower() for x in names))
+    return tuple(dict.fromkeys(out))
+
+
 def _parse_knob(src: str, key: str, raw):
     if key in ("tp", "pp", "cp", "ep", "dp_replicate", "mbs", "vpp"):
         c = _choice(src, key, raw)
@@ -285,6 +301,8 @@ def _parse_knob(src: str, key: str, raw):
         return _bools(src, key, raw)
     if key == "recompute":
         return _names(src, key, raw, RECOMPUTE, _RC_ALIASES)
+    if key == "recompute_modules":
+        return _module_sets(src, key, raw)
     if key == "offload":
         return _names(src, key, raw, OFFLOAD, _OFF_ALIASES)
     if key == "schedule":
@@ -389,6 +407,8 @@ def space_for_runtime(rt, base: Space | None = None) -> Space:
     if not s.offload_partial:
         kw["offload_fraction"] = (1.0,)
     kw["recompute"] = tuple(c for c in sp.recompute if RECOMPUTE[c] in s.recompute) or (0,)
+    allowed = modules_code(s.recompute_modules)
+    kw["recompute_modules"] = tuple(c for c in sp.recompute_modules if c & ~allowed == 0) or (0,)
     orders = [RANK_ORDERS.index(d.rank_order)] if d.rank_order in s.rank_orders else []
     orders += [RANK_ORDERS.index(o) for o in s.rank_orders if RANK_ORDERS.index(o) not in orders]
     kw["rank_order"] = tuple(orders)
