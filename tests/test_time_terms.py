@@ -493,3 +493,50 @@ def test_recompute_modules_are_a_megatron_core_capability():
     plain = parse_plan("ep=64,zero=1,recompute=selective,mbs=1").resolved(64)
     rule = next(r for r in capability_rules(load_runtime("torchtitan")) if r.id == "RT-recompute-modules")
     assert not bool(rule.violated(ctx, plain))
+
+
+def test_attention_rate_falls_with_small_heads_by_the_softmax_exp_cost():
+    """Per score, 4·d̄ matmul FLOPs plus one exponential on the SFUs: t(d̄) = 4·d̄/R_mm + 1/S with R_mm
+    fixed by the fitted d = 128 rate. H100 by hand (cuDNN rate 0.277 × 989 TF, S = 3.9 T exp/s)."""
+    from dataclasses import replace as dc_replace
+    h100 = load_hardware("h100-sxm-80gb")
+    llama = get_preset("llama3-8b")
+    assert llama.d_qk == llama.d_v == 128
+    r128 = 0.277 * 989e12
+    assert h100.sfu_exp_per_s == 3.9e12
+    assert K.head_dim_factor(h100, llama, r128) == pytest.approx(1.0, rel=1e-12)
+    d64 = dc_replace(llama, head_dim=64, heads=64)
+    assert d64.d_qk == 64
+    t128 = 512 / r128
+    t_mm = t128 - 1 / 3.9e12
+    want = (256 / (t_mm / 2 + 1 / 3.9e12)) / r128
+    assert K.head_dim_factor(h100, d64, r128) == pytest.approx(want, rel=1e-12)
+    assert 0.85 < want < 0.9                                  # FA3 §4: small heads run well below d = 128
+    assert K.head_dim_factor(h100, get_preset("deepseek-v3"), r128) > 1.0   # MLA d̄ = 160
+    assert K.head_dim_factor(h100.with_(sfu_exp_per_s=0.0), d64, r128) == 1.0
+    # the estimate's attention core carries exactly that factor (same FLOPs: heads × d_head kept)
+    ctx128 = Ctx(llama, TrainingSpec(seq_len=8192, global_batch=8), 8)
+    ctx64 = Ctx(d64, TrainingSpec(seq_len=8192, global_batch=8), 8)
+    from autoplace.plan import parse_plan
+    p = parse_plan("zero=1,mbs=1").resolved(8)
+    a128 = K.layer_compute_times(ctx128, h100, p)
+    a64 = K.layer_compute_times(ctx64, h100, p)
+    ov = h100.kernel_overhead_s
+    rate = h100.peak("bf16") * h100.attention_eff(ctx128.train.rt.kernels.attention)
+    ratio = float(a64["attn_f"] - ov) / float(a128["attn_f"] - ov)
+    assert ratio == pytest.approx(1.0 / K.head_dim_factor(h100, d64, rate), rel=1e-9)
+
+
+def test_sliding_window_attention_pays_its_key_tiles():
+    """A flash kernel computes whole 128-key blocks: a window of w keys spans w/128 + 1 blocks per
+    query block (w + 128 keys), half a block more than the causal diagonal the fits already hold."""
+    from dataclasses import replace as dc_replace
+    m = dc_replace(get_preset("llama3-8b"), sliding_window=128, global_every=2)
+    t = TrainingSpec(seq_len=4096, global_batch=8)
+    useful = 128 - 128 * 128 / (2 * 4096)
+    assert m.windowed_share == 0.5
+    assert K.keys_per_query(m, t) == pytest.approx(0.5 * useful + 0.5 * 2048)
+    assert K.keys_per_query(m, t, K.ATTENTION_TILE) == pytest.approx(0.5 * (useful + 64) + 0.5 * 2048)
+    # a window as long as the sequence is the causal square: nothing added
+    long = dc_replace(m, sliding_window=8192)
+    assert K.keys_per_query(long, t, 128) == K.keys_per_query(long, t) == 2048

@@ -16,6 +16,10 @@ n³ GEMM, n = MAMF_REF_N, runs at the profile's `gemm_efficiency` (the best meas
 Small per-rank GEMMs under large TP, small micro-batches or small hidden sizes are slower (Narayanan
 et al. 2021 §5), and the attention-core batched GEMMs (intensity ≈ d_head) are near memory-bound. Memory-bound kernels (norms, residual/dropout,
 activation functions, softmax, rotary, optimizer, cross-entropy) take bytes/(B_hbm·η_hbm) + t_kernel.
+
+Flash attention runs at the profile's fitted rate for its kernel family at d = 128, scaled by the head
+dims (`head_dim_factor`: per score 4·d̄ matmul FLOPs plus one SFU exponential, FlashAttention-3 §3.1)
+and charged for whole key tiles on sliding-window layers (`keys_per_query(..., tile)`).
 """
 
 from __future__ import annotations
@@ -88,18 +92,41 @@ def causal_factor(train):
     return 0.5 if train.attention == "flash" else 1.0
 
 
-def keys_per_query(model, train) -> float:
+ATTENTION_TILE = 128
+"""Key-block edge of flash-class attention kernels (FlashAttention-2/3, cuDNN fused attention)."""
+
+
+def keys_per_query(model, train, tile: float = 0.0) -> float:
     """Average keys one query attends to, over layers: causal flash s/2; a sliding window w
     attends min(i+1, w) keys at position i, w − w²/(2s) on average; eager kernels compute the
-    full square (s) on global layers."""
+    full square (s) on global layers. With `tile` (the kernel's key block) the keys a flash kernel
+    computes: a window spans w/tile + 1 key blocks per query block, w + tile keys, of which the
+    causal diagonal's tile/2 masked keys are already in the efficiencies fitted on causal runs."""
     s = float(train.seq_len)
     full = s * causal_factor(train)
     w = float(model.sliding_window)
     if not w:
         return full
     win = w - w * w / (2.0 * s) if w < s else full
+    if tile and w < s and train.attention == "flash":
+        win = min(win + tile / 2.0, full)
     share = model.windowed_share
     return share * win + (1.0 - share) * full
+
+
+def head_dim_factor(hw, model, rate128):
+    """Flash-attention rate at the model's head dims ÷ `rate128`, the rate fitted at d = 128.
+
+    A score costs 4·d̄ matmul FLOPs (QKᵀ and P·V, d̄ = (d_qk + d_v)/2) plus one exponential on the
+    special-function units (FlashAttention-3 §3.1: exp, not matmul, bounds small heads):
+    t(d̄) = 4·d̄/R_mm + 1/S. The fitted rate fixes R_mm (4·128/rate128 = 4·128/R_mm + 1/S), so
+    rate(d̄) = 4·d̄/t(d̄) needs no other parameter; S = `hw.sfu_exp_per_s` (0: no dependence)."""
+    S = hw.sfu_exp_per_s
+    if not S:
+        return 1.0
+    t_mm128 = np.maximum(512.0 / rate128 - 1.0 / S, 0.5 * 512.0 / rate128)   # matmul share of t(128)
+    d = (model.d_qk + model.d_v) / 2.0
+    return (512.0 / rate128) / (t_mm128 * d / 128.0 + 1.0 / S) * d / 128.0
 
 
 def gemm_peak(hw, train):
@@ -229,8 +256,10 @@ def layer_compute_times(ctx, hw, p):
         if kern.fp8_attention and t.precision in ("fp8", "fp4") and "fp8" in hw.peak_flops:
             # FP8 fused attention (cuDNN): the FP8 peak at FP8_ATTENTION_EFFICIENCY of the BF16 kernel's share
             rate = hw.peak("fp8") * eff * FP8_ATTENTION_EFFICIENCY
-        attn_f = attn_flops / rate + hw.kernel_overhead_s
-        attn_b = 2.5 * attn_flops / rate + 2 * hw.kernel_overhead_s
+        rate = rate * head_dim_factor(hw, m, rate)
+        work = 2.0 * T * keys_per_query(m, t, ATTENTION_TILE) * heads_loc * (m.d_qk + m.d_v)
+        attn_f = work / rate + hw.kernel_overhead_s
+        attn_b = 2.5 * work / rate + 2 * hw.kernel_overhead_s
         attn_elem_f = _w(0.0)
         attn_elem_b = _w(0.0)
     else:

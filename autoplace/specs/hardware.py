@@ -69,6 +69,10 @@ class HardwareSpec:
     """Per-tile prologue/epilogue as extra K-loop elements (small-K GEMMs)."""
     sm_count: int = 108
     """Streaming multiprocessors (CUs): GEMM wave quantization."""
+    sfu_exp_per_s: float = 0.0
+    """Exponentials per second the special-function units issue (softmax's exp in the attention core,
+    one per score, besides its 2·(d_qk + d_v) matmul FLOPs); 0 = the attention rate does not depend
+    on the head dim."""
     kernel_overhead_s: float = 5e-6
     """Launch/tail overhead per GEMM or fused kernel, s."""
     attention_efficiency: float = 0.6
@@ -154,6 +158,7 @@ _UNITS = {  # TOML key → (dataclass field, multiplier)
     "intra_latency_us": ("intra_latency", 1e-6),
     "inter_latency_us": ("inter_latency", 1e-6),
     "kernel_overhead_us": ("kernel_overhead_s", 1e-6),
+    "sfu_texp_per_s": ("sfu_exp_per_s", 1e12),
     "step_overhead_ms": ("step_overhead_s", 1e-3),
     "cuda_context_gib": ("cuda_context_bytes", 2**30),
     "comm_buffer_gib": ("comm_buffer_bytes", 2**30),
