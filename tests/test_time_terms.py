@@ -497,8 +497,11 @@ def test_recompute_modules_are_a_megatron_core_capability():
 
 def test_attention_rate_falls_with_small_heads_by_the_softmax_exp_cost():
     """Per score, 4·d̄ matmul FLOPs plus one exponential on the SFUs: t(d̄) = 4·d̄/R_mm + 1/S with R_mm
-    fixed by the fitted d = 128 rate. H100 by hand (cuDNN rate 0.277 × 989 TF, S = 3.9 T exp/s)."""
+    fixed by the kernel's stand-alone d = 128 rate (the in-training rate ÷ ATTENTION_IN_TRAINING).
+    H100 by hand (cuDNN rate 0.277 × 989 TF, S = 3.9 T exp/s), then against the H200 measurement."""
+    import json
     from dataclasses import replace as dc_replace
+    from pathlib import Path
     h100 = load_hardware("h100-sxm-80gb")
     llama = get_preset("llama3-8b")
     assert llama.d_qk == llama.d_v == 128
@@ -507,13 +510,19 @@ def test_attention_rate_falls_with_small_heads_by_the_softmax_exp_cost():
     assert K.head_dim_factor(h100, llama, r128) == pytest.approx(1.0, rel=1e-12)
     d64 = dc_replace(llama, head_dim=64, heads=64)
     assert d64.d_qk == 64
-    t128 = 512 / r128
+    t128 = 512 / (r128 / K.ATTENTION_IN_TRAINING)
     t_mm = t128 - 1 / 3.9e12
-    want = (256 / (t_mm / 2 + 1 / 3.9e12)) / r128
+    want = (256 / (t_mm / 2 + 1 / 3.9e12)) / (512 / t128)
     assert K.head_dim_factor(h100, d64, r128) == pytest.approx(want, rel=1e-12)
-    assert 0.85 < want < 0.9                                  # FA3 §4: small heads run well below d = 128
     assert K.head_dim_factor(h100, get_preset("deepseek-v3"), r128) > 1.0   # MLA d̄ = 160
     assert K.head_dim_factor(h100.with_(sfu_exp_per_s=0.0), d64, r128) == 1.0
+    # the H200 run (benchmarks/gpu_kernels.py): SDPA cuDNN and FA2, d = 64 against d = 128, fwd+bwd
+    meas = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/h200_kernels.json").read_text())
+    h200 = load_hardware("h200")
+    for kern in ("cudnn", "flash2"):
+        rows = {r["d"]: r["fwd_bwd_tflops"] for r in meas["attention"] if r["kernel"] == kern}
+        rate = h200.peak("bf16") * h200.attention_eff(kern)
+        assert K.head_dim_factor(h200, d64, rate) == pytest.approx(rows[64] / rows[128], abs=0.05), kern
     # the estimate's attention core carries exactly that factor (same FLOPs: heads × d_head kept)
     ctx128 = Ctx(llama, TrainingSpec(seq_len=8192, global_batch=8), 8)
     ctx64 = Ctx(d64, TrainingSpec(seq_len=8192, global_batch=8), 8)
@@ -528,15 +537,38 @@ def test_attention_rate_falls_with_small_heads_by_the_softmax_exp_cost():
 
 
 def test_sliding_window_attention_pays_its_key_tiles():
-    """A flash kernel computes whole 128-key blocks: a window of w keys spans w/128 + 1 blocks per
-    query block (w + 128 keys), half a block more than the causal diagonal the fits already hold."""
+    """A flash kernel visits ⌈w/B⌉ + 1 key blocks per query block on a window (B = 128), the causal
+    s/(2B) + ½, each plus c = ATTENTION_ROW_TILES of fixed work: the H200 FlexAttention run's window
+    share of the causal time, and the estimate's attention time on a half-windowed model."""
+    import json
     from dataclasses import replace as dc_replace
+    from pathlib import Path
     m = dc_replace(get_preset("llama3-8b"), sliding_window=128, global_every=2)
     t = TrainingSpec(seq_len=4096, global_batch=8)
     useful = 128 - 128 * 128 / (2 * 4096)
     assert m.windowed_share == 0.5
-    assert K.keys_per_query(m, t) == pytest.approx(0.5 * useful + 0.5 * 2048)
-    assert K.keys_per_query(m, t, K.ATTENTION_TILE) == pytest.approx(0.5 * (useful + 64) + 0.5 * 2048)
+    assert K.keys_per_query(m, t) == pytest.approx(0.5 * useful + 0.5 * 2048)       # FLOPs: the keys attended
+    share = (1 + 1 + K.ATTENTION_ROW_TILES) / (16 + 0.5 + K.ATTENTION_ROW_TILES)
+    assert K.keys_per_query(m, t, K.ATTENTION_TILE) == pytest.approx(0.5 * 2048 * share + 0.5 * 2048)
+    meas = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/h200_kernels.json").read_text())
+    fx = {r["mask"]: r["fwd_bwd_s"] for r in meas["flex"]}
+    assert share == pytest.approx(fx["window128"] / fx["causal"], abs=0.01)
     # a window as long as the sequence is the causal square: nothing added
     long = dc_replace(m, sliding_window=8192)
     assert K.keys_per_query(long, t, 128) == K.keys_per_query(long, t) == 2048
+
+
+def test_fp8_gemm_writes_a_16_bit_result_and_its_tile_overhead_is_a_time(hw):
+    """An FP8 GEMM reads 1-byte operands, writes BF16; K₀ (stated in BF16 K-elements) is a per-tile
+    time, so at the 2× FP8 peak it is 2·K₀ FP8 K-elements. By hand on the round profile."""
+    h = hw.with_(gemm_k_overhead=64.0, sm_count=1)
+    M, N, Kk = 256, 256, 512
+    t8 = float(K.gemm_time(h, M, N, Kk, 1, h.peak("fp8"), efficiency=1.0))
+    eta = K.gemm_math_efficiency(h, h.peak("fp8"), 1, 1.0)
+    tiles = 4
+    want = 2.0 * tiles * 128 * 128 * (Kk + 128) / (h.peak("fp8") * eta) + (M * Kk + Kk * N + 2 * M * N) / h.hbm_bw
+    assert t8 == pytest.approx(want, rel=1e-12)
+    t16 = float(K.gemm_time(h, M, N, Kk, 2, h.peak("bf16"), efficiency=1.0))
+    eta16 = K.gemm_math_efficiency(h, h.peak("bf16"), 2, 1.0)
+    want16 = 2.0 * tiles * 128 * 128 * (Kk + 64) / (h.peak("bf16") * eta16) + 2 * (M * Kk + Kk * N + M * N) / h.hbm_bw
+    assert t16 == pytest.approx(want16, rel=1e-12)

@@ -67,11 +67,15 @@ def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0, efficiency=None):
     dtype the GEMM runs in (default the profile's BF16 `gemm_efficiency`)."""
     q = hw.gemm_tile
     tiles = np.ceil(_w(M) / q) * np.ceil(_w(N) / q)
-    bytes_ = (_w(M) * K + _w(K) * N + _w(M) * N) * dtype_bytes
+    # FP8/FP4 GEMMs read 1-byte (or ½-byte) operands but write a 16-bit result
+    bytes_ = (_w(M) * K + _w(K) * N) * dtype_bytes + _w(M) * N * max(dtype_bytes, 2)
     if not (np.isscalar(batch) and batch == 1):
         tiles, bytes_ = tiles * _w(batch), bytes_ * _w(batch)
     waves = np.ceil(tiles / hw.sm_count)
-    flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + hw.gemm_k_overhead)
+    # K₀ is a per-tile time (pipeline fill, epilogue) stated in BF16 K-elements: a format with a
+    # higher peak runs more K-elements in that time
+    k0 = hw.gemm_k_overhead * (peak / hw.peak_flops["bf16"] if "bf16" in hw.peak_flops else 1.0)
+    flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + k0)
     return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes, efficiency)) \
         + bytes_ / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s
 
@@ -94,14 +98,26 @@ def causal_factor(train):
 
 ATTENTION_TILE = 128
 """Key-block edge of flash-class attention kernels (FlashAttention-2/3, cuDNN fused attention)."""
+ATTENTION_ROW_TILES = 4.7
+"""Fixed work per query block of a flash kernel (Q load, softmax finalisation, O/LSE store, the
+backward's dQ pass) in key-block equivalents: FlexAttention fwd+bwd on an H200, d = 64, s = 4096,
+B = 4, 64 heads, causal 7.24 ms and 128-token window 2.28 ms (`benchmarks/gpu_kernels.py`,
+benchmarks/results/h200_kernels.json): (16.5 + c) : (2 + c) = 7.24 : 2.28 → c = 4.7."""
+ATTENTION_IN_TRAINING = 0.54
+"""Share of an attention kernel's stand-alone rate it keeps inside a training step: the profiles'
+[attention] rates carry it (the A100 llm-foundry fit: FA2 0.30 of peak in training against 0.56
+stand-alone, Dao 2023)."""
 
 
 def keys_per_query(model, train, tile: float = 0.0) -> float:
     """Average keys one query attends to, over layers: causal flash s/2; a sliding window w
     attends min(i+1, w) keys at position i, w − w²/(2s) on average; eager kernels compute the
-    full square (s) on global layers. With `tile` (the kernel's key block) the keys a flash kernel
-    computes: a window spans w/tile + 1 key blocks per query block, w + tile keys, of which the
-    causal diagonal's tile/2 masked keys are already in the efficiencies fitted on causal runs."""
+    full square (s) on global layers.
+
+    With `tile` (the kernel's key block B), the keys whose *time* a flash kernel spends on a
+    windowed layer, relative to the causal layer its rate was fitted on: per query block a window
+    visits ⌈w/B⌉ + 1 key blocks against the causal s/(2B) + ½, each plus the fixed per-block work
+    c = ATTENTION_ROW_TILES, so it costs (⌈w/B⌉ + 1 + c)/(s/(2B) + ½ + c) of the causal time."""
     s = float(train.seq_len)
     full = s * causal_factor(train)
     w = float(model.sliding_window)
@@ -109,7 +125,8 @@ def keys_per_query(model, train, tile: float = 0.0) -> float:
         return full
     win = w - w * w / (2.0 * s) if w < s else full
     if tile and w < s and train.attention == "flash":
-        win = min(win + tile / 2.0, full)
+        c = ATTENTION_ROW_TILES
+        win = full * min((np.ceil(w / tile) + 1.0 + c) / (s / (2.0 * tile) + 0.5 + c), 1.0)
     share = model.windowed_share
     return share * win + (1.0 - share) * full
 
@@ -120,10 +137,14 @@ def head_dim_factor(hw, model, rate128):
     A score costs 4·d̄ matmul FLOPs (QKᵀ and P·V, d̄ = (d_qk + d_v)/2) plus one exponential on the
     special-function units (FlashAttention-3 §3.1: exp, not matmul, bounds small heads):
     t(d̄) = 4·d̄/R_mm + 1/S. The fitted rate fixes R_mm (4·128/rate128 = 4·128/R_mm + 1/S), so
-    rate(d̄) = 4·d̄/t(d̄) needs no other parameter; S = `hw.sfu_exp_per_s` (0: no dependence)."""
+    rate(d̄) = 4·d̄/t(d̄) needs no other parameter; S = `hw.sfu_exp_per_s` (0: no dependence).
+    The split is the kernel's own, so `rate128` is first taken back to its stand-alone rate
+    (÷ ATTENTION_IN_TRAINING). Measured on an H200 (benchmarks/results/h200_kernels.json), d = 64
+    against 128: cuDNN 0.79 (this formula 0.80), FA2 0.90 (0.86)."""
     S = hw.sfu_exp_per_s
     if not S:
         return 1.0
+    rate128 = rate128 / ATTENTION_IN_TRAINING
     t_mm128 = np.maximum(512.0 / rate128 - 1.0 / S, 0.5 * 512.0 / rate128)   # matmul share of t(128)
     d = (model.d_qk + model.d_v) / 2.0
     return (512.0 / rate128) / (t_mm128 * d / 128.0 + 1.0 / S) * d / 128.0
