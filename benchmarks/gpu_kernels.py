@@ -9,7 +9,7 @@ Measures, with CUDA events (3 warm-ups, the median of 10 timed runs):
    `autoplace.cost.compute.head_dim_factor` predicts (softmax exp on the SFUs);
 2. FlexAttention (compiled) with a 128-token sliding window against full causal at head dim 64: the
    share of the causal time a window costs (`keys_per_query(..., tile)` predicts (w + 64)/(s/2));
-3. BF16 matmul and FP8 `torch._scaled_mm` (e4m3, per-tensor scales) on 8192³ and the expert GEMM
+3. BF16 matmul and FP8 `torch._scaled_mm` (e4m3, per-tensor scales; split and fast accumulation) on 8192³ and the expert GEMM
    shapes of gpt-oss-120b (8192 rows, 2880/5760) and Qwen3-30B-A3B (2048/768/1536), single and as a
    batch of 8 (a grouped GEMM's work);
 4. host launch cost of a tiny eager op (µs per op, the GPU idle).
@@ -125,14 +125,18 @@ def gemms(out: dict) -> None:
             if fp8:
                 a8 = a.to(torch.float8_e4m3fn)
                 w8 = w.to(torch.float8_e4m3fn)
-                try:
-                    def run8():
-                        for i in range(batch):
-                            torch._scaled_mm(a8[i], w8[i].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-                    t8 = bench(run8)
-                    row.update(fp8_s=t8, fp8_tflops=fl / t8 / 1e12)
-                except Exception as e:
-                    row["fp8_error"] = f"{type(e).__name__}: {e}"[:300]
+                # split accumulation (torch's default; TE's and torchao's dgrad/wgrad) and fast accumulation
+                # (TE's and torchao's forward)
+                for key, fast in (("fp8", False), ("fp8_fast", True)):
+                    try:
+                        def run8():
+                            for i in range(batch):
+                                torch._scaled_mm(a8[i], w8[i].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                 use_fast_accum=fast)
+                        t8 = bench(run8)
+                        row.update({f"{key}_s": t8, f"{key}_tflops": fl / t8 / 1e12})
+                    except Exception as e:
+                        row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:300]
             res.append(row)
             torch.cuda.empty_cache()
 
@@ -162,6 +166,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-flex", action="store_true", help="skip the compiled FlexAttention runs")
+    ap.add_argument("--only", default=None, help="comma-separated subset of host,gemm,attention,flex")
     args = ap.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -172,6 +177,8 @@ def main(argv=None) -> int:
     out: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                  "cudnn": torch.backends.cudnn.version()}
     steps = [("host", host), ("gemm", gemms), ("attention", attention)] + ([] if args.no_flex else [("flex", flex)])
+    if args.only:
+        steps = [st for st in steps if st[0] in args.only.split(",")]
     for name, fn in steps:
         t0 = time.time()
         try:

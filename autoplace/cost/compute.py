@@ -75,6 +75,8 @@ def gemm_time(hw, M, N, K, dtype_bytes, peak, batch=1.0, efficiency=None):
     # K₀ is a per-tile time (pipeline fill, epilogue) stated in BF16 K-elements: a format with a
     # higher peak runs more K-elements in that time
     k0 = hw.gemm_k_overhead * (peak / hw.peak_flops["bf16"] if "bf16" in hw.peak_flops else 1.0)
+    if dtype_bytes == 1 and hw.gemm_k_overhead_fp8:
+        k0 = hw.gemm_k_overhead_fp8
     flops = 2.0 * waves * hw.sm_count * q * q * (_w(K) + k0)
     return flops / (peak * gemm_math_efficiency(hw, peak, dtype_bytes, efficiency)) \
         + bytes_ / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s

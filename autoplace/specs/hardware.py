@@ -67,6 +67,9 @@ class HardwareSpec:
     """Tile edge for wave/tile quantization of GEMM dims."""
     gemm_k_overhead: float = 0.0
     """Per-tile prologue/epilogue as extra K-loop elements (small-K GEMMs)."""
+    gemm_k_overhead_fp8: float = 0.0
+    """The same for FP8 GEMMs in FP8 K-elements, where measured (0 → gemm_k_overhead × the FP8/BF16
+    peak ratio: the same per-tile time)."""
     sm_count: int = 108
     """Streaming multiprocessors (CUs): GEMM wave quantization."""
     sfu_exp_per_s: float = 0.0
