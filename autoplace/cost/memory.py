@@ -184,8 +184,9 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         two residual dropout masks (1·h each, if dropout);
       ÷t: Q (q/t) and O (q/t) at b_A, K and V at b_A·kv_loc (kv_loc = max(a_kv/t, 1)·d_h),
         MLP internals: SwiGLU 3·b_A·f/t (gate, up, FC2 input), GeLU 2·b_A·f/t;
-      attention core: eager a·s·(2 + 3·dropout)·/t (softmax, mask, dropout output; dropped by
-        selective recompute), flash 4·a/t (fp32 log-sum-exp per head per row).
+      attention core: eager a·s·(b_A + (1 + b_A)·dropout)/t (softmax, mask, dropout output; 2 + 3·dropout
+        at b_A = 2) plus GQA's K, V expanded to the a/t query heads, both dropped by selective
+        recompute; flash 4·a/t (fp32 log-sum-exp per head per row).
     """
     m, t = ctx.model, ctx.train
     rc = _w(p.rc) if mode is None or mode == "all" else _w(mode)
@@ -206,7 +207,12 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     else:
         qkvo = (2 * bA * m.q_width / tp) + 2 * bA * kv_loc
     if t.attention == "eager":
-        core = m.heads * t.seq_len * (2.0 + 3.0 * drop) / tp   # per token: a·s_full scores
+        # per token: a·s_full scores — the softmax output at b_A, the dropout mask (1 B) and output;
+        # eager kernels (Megatron's core attention, torch's SDPA math path) expand GQA's K and V to
+        # the query heads for the two batched matmuls, which save the expanded copies
+        core = m.heads * t.seq_len * (bA + drop * (1.0 + bA)) / tp
+        if not m.mla:
+            core = core + 2 * bA * (m.heads / tp * m.d_head - kv_loc)
     else:
         core = 4.0 * m.heads / tp
     if m.is_moe:

@@ -65,11 +65,21 @@ def runner_runtime(settings: dict, backend: str = "gloo"):
     return dataclasses.replace(base, memory=mem)
 
 
-def train_spec(settings: dict, backend: str = "gloo"):
+def runner_attention(spec, backend: str) -> str:
+    """The SDPA kernel the runner's fp32 attention takes: on CPU the flash kernel; on CUDA the
+    flash kernel takes no fp32, the memory-efficient one no `enable_gqa`, so a GQA model runs the
+    math path (scores kept at 4 B, K and V expanded: H200 run, benchmarks/results/
+    h200_device_check_exactness.jsonl) and an MHA model the memory-efficient kernel (LSE only)."""
+    if backend == "nccl" and spec is not None and spec.a_kv != spec.heads and not spec.mla:
+        return "eager"
+    return "flash"
+
+
+def train_spec(settings: dict, backend: str = "gloo", spec=None):
     from autoplace.specs.training import TrainingSpec
     return TrainingSpec(seq_len=int(settings["seq_len"]), global_batch=int(settings["global_batch"]),
-                        precision="fp32", regime="fp32", attention="flash", vocab_divisible_by=1,
-                        runtime=runner_runtime(settings, backend))
+                        precision="fp32", regime="fp32", attention=runner_attention(spec, backend),
+                        vocab_divisible_by=1, runtime=runner_runtime(settings, backend))
 
 
 def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None,
@@ -85,7 +95,7 @@ def predict(spec, settings: dict, plan, world: int, stage: int, hardware=None,
         stage_memory,
     )
     from autoplace.placement.rules import Ctx
-    train = train_spec(settings, backend)
+    train = train_spec(settings, backend, spec)
     ctx = Ctx(spec, train, world)
     params, grads, optim = model_state_bytes(ctx, plan, stage)
     sm = stage_memory(ctx, None, plan, stage)
