@@ -407,3 +407,12 @@ def test_free_form_gpu_names_resolve(name, stem):
 def test_boards_without_a_profile_are_refused_with_the_reason(name, fragment):
     with pytest.raises(InputError, match=fragment):
         load_hardware(name)
+
+
+def test_negative_kernel_constants_are_refused_by_name(tmp_path):
+    """The exp rate and the GEMM tile overheads drive the attention and small-K GEMM terms: a negative
+    value would silently speed them up, so it is a one-line InputError naming the TOML key."""
+    for key in ("sfu_texp_per_s", "gemm_k_overhead_fp8"):
+        with pytest.raises(InputError, match=f"{key} must be ≥ 0"):
+            load_hardware(str(_write(tmp_path, f"{key} = -1\n" + REQUIRED_KEYS)))
+    assert load_hardware(str(_write(tmp_path, "sfu_texp_per_s = 3.9\n" + REQUIRED_KEYS))).sfu_exp_per_s == 3.9e12

@@ -327,6 +327,11 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> Hardware
     for f in ("intra_bw", "inter_bw", "hbm_bw", "host_bw"):
         if not getattr(hw, f) > 0:
             raise InputError(f"hardware '{hw.name}': {f} must be positive")
+    for f, key, unit in (("sfu_exp_per_s", "sfu_texp_per_s", 1e12), ("gemm_k_overhead", "gemm_k_overhead", 1.0),
+                         ("gemm_k_overhead_fp8", "gemm_k_overhead_fp8", 1.0)):
+        if not getattr(hw, f) >= 0:
+            raise InputError(f"hardware '{hw.name}': {key} must be ≥ 0 (0 = not modelled), "
+                             f"got {getattr(hw, f) / unit:g}")
     if hw.gpus_per_node < 1 or hw.scaleup_domain < 1 or hw.memory_bytes <= 0:
         raise InputError(f"hardware '{hw.name}': gpus_per_node, scaleup_domain and memory must be positive")
     return hw
