@@ -18,6 +18,11 @@ Formulas are per optimizer step (B = global batch in sequences):
                      layers), MLA / MoE / MTP terms, no router — from the model spec itself
                      (autoplace.cost.compute.model_flops_per_step(causal=True, router=False)), since
                      MoE and MLA shapes do not fit the dense Shape above
+  nemo_2502          NeMo 2.0 flops_formulas (25.02 container): the same GEMM terms with the full s²
+                     attention square and the router GEMM (model_flops_per_step(causal=False,
+                     router=True)); reproduces the dense and Mixtral-8x7B rows' TFLOP/s ÷ tokens/s to 0.03 %
+  automodel          NeMo AutoModel "Model TFLOPs/sec/GPU": causal attention, no router, as
+                     Megatron-Bridge (Qwen3-30B, Kimi-K2 and Llama-3-70B rows to 0.03 %)
 """
 
 from __future__ import annotations
@@ -106,6 +111,10 @@ CONVENTIONS = {
     "six_n_hfu": Convention("six_n_hfu", "6N-style HFU (×4/3 with activation checkpointing)", six_n_hfu, True),
     "megatron_bridge": Convention("megatron_bridge", "Megatron-Bridge flop_utils (causal attention, no router)",
                                   None, from_model={"causal": True, "router": False}),
+    "nemo_2502": Convention("nemo_2502", "NeMo 2.0 flops_formulas (full attention square, router counted)",
+                            None, from_model={"causal": False, "router": True}),
+    "automodel": Convention("automodel", "NeMo AutoModel model FLOPs (causal attention, no router)",
+                            None, from_model={"causal": True, "router": False}),
 }
 
 
@@ -130,6 +139,10 @@ def detect(definition: str | None, metric: str) -> Convention | None:
         return CONVENTIONS["six_n_hfu" if hfu else "six_n"]
     if "megatron-bridge" in t:
         return CONVENTIONS["megatron_bridge"]
+    if "automodel" in t:
+        return CONVENTIONS["automodel"]
+    if t.startswith("nemo'modeltflop") or t.startswith("nemo\"modeltflop"):
+        return CONVENTIONS["nemo_2502"]
     if "num_floating_point_operations" in t or "12*b*s*l*h^2" in t:
         return CONVENTIONS["megatron_core"]
     return None
