@@ -20,6 +20,17 @@ def _f(x) -> float:
     return float(np.asarray(x))
 
 
+def _runtime_fields(train) -> dict:
+    """The runtime that priced the plan: its name and the settings applied over its file."""
+    rt = getattr(train, "runtime", None)
+    if rt is None:
+        return {"runtime": None, "runtime_set": []}
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import settings_text
+    rt = load_runtime(rt)
+    return {"runtime": rt.name, "runtime_set": settings_text(rt)}
+
+
 def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     plan = plan.resolved(world)
     ctx = Ctx(model, train, world)
@@ -32,7 +43,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
                      "memory_bytes": hw.memory_bytes},
         "training": {"seq_len": train.seq_len, "global_batch": train.global_batch,
                      "precision": train.precision, "regime": train.regime, "attention": train.attention,
-                     "states_only": train.states_only or model.states_only},
+                     "states_only": train.states_only or model.states_only,
+                     **_runtime_fields(train)},
         "plan": plan.to_dict(),
         "legal": not violations,
         "violations": [v.to_dict() for v in violations],

@@ -21,6 +21,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
               f"recompute={p['recompute']}"
               + (f"({'+'.join(p['recompute_modules'])})" if p.get("recompute_modules") else "")
               + f" offload={p['offload']} mbs={p['mbs']} schedule={p['schedule']}")
+    tr = doc.get("training") or {}
+    if tr.get("runtime"):
+        con.print(f"runtime {tr['runtime']}" + (f" ({', '.join(tr['runtime_set'])})" if tr.get("runtime_set") else ""))
     if not doc["legal"]:
         t = Table(title="illegal plan: violated rules", title_style="bold red")
         t.add_column("rule")

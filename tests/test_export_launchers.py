@@ -29,6 +29,7 @@ import shlex
 import sys
 import types
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,12 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
                   moe_layer_freq=json.loads(freq) if freq.startswith("[") else int(freq),
                   moe_shared_expert_intermediate_size=i("--moe-shared-expert-intermediate-size"),
                   moe_shared_expert_gate="--moe-shared-expert-gate" in a,
-                  moe_token_dispatcher_type=a.get("--moe-token-dispatcher-type", "allgather"))
+                  moe_token_dispatcher_type=a.get("--moe-token-dispatcher-type", "allgather"),
+                  moe_flex_dispatcher_backend=a.get("--moe-flex-dispatcher-backend", "deepep"),
+                  overlap_moe_expert_parallel_comm="--overlap-moe-expert-parallel-comm" in a)
+    if "--cuda-graph-impl" in a:
+        kw.update(cuda_graph_impl=a["--cuda-graph-impl"],
+                  cuda_graph_scope=_words(a["--cuda-graph-scope"]) if "--cuda-graph-scope" in a else [])
     if "--multi-latent-attention" in a:
         from megatron.core.transformer.transformer_config import MLATransformerConfig
         kw.update(multi_latent_attention=True, q_lora_rank=i("--q-lora-rank"), kv_lora_rank=i("--kv-lora-rank"),
@@ -202,6 +208,17 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
         bucket_size=i("--ddp-bucket-size"))
     # ---- Megatron-LM arguments.py validate_args (subset the plan can trip) -------------------------
     assert world % (tp * pp * cp) == 0
+    # FP8/FP4 switches: TransformerConfig checks them against Transformer Engine's version, which this
+    # CPU machine lacks, so the values are checked against the fields' choices (transformer_config.py)
+    if "--fp8-format" in a:
+        assert a["--fp8-format"] in ("e4m3", "hybrid")
+        assert a["--fp8-recipe"] in ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+    if "--fp4-format" in a:
+        assert a["--fp4-format"] == "e2m1" and a["--fp4-recipe"] in ("nvfp4", "custom") and "--fp8-format" not in a
+    if "--fp8-param-gather" in a or "--fp4-param-gather" in a:
+        assert "--use-distributed-optimizer" in a or "--use-megatron-fsdp" in a
+    if "--fp8-dot-product-attention" in a:
+        assert "--fp8-format" in a or "--fp4-format" in a
     if "--overlap-param-gather" in a:
         assert ("--use-distributed-optimizer" in a or fsdp) and "--overlap-grad-reduce" in a
     if "--tp-comm-overlap" in a:
@@ -225,6 +242,10 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
     if kw.get("num_moe_experts") and kw["expert_model_parallel_size"] > 1:
         assert kw["num_moe_experts"] % kw["expert_model_parallel_size"] == 0 and not fp16
     return a, tc, ddp
+
+
+def _words(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else str(v).split()
 
 
 def _check_megatron(job: ExportJob):
@@ -274,6 +295,37 @@ def _check_megatron(job: ExportJob):
 def test_megatron_core_accepts_examples(model, train, plan, world):
     m = get_preset(model)
     _check_megatron(base.job_of(m, TrainingSpec(seq_len=train[0], global_batch=train[1]), plan, world))
+
+
+def _switched(train, *sets):
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    return replace(train, runtime=apply_settings(load_runtime("megatron-core"), sets))
+
+
+@pytest.mark.parametrize("model,train,plan,world,sets", [
+    ("mixtral-8x7b", (4096, 256), "ep=8,zero=1,mbs=1,ep_overlap=1", 64,
+     ("moe_dispatch=hybridep", "cuda_graphs=true")),
+    ("deepseek-v3", (4096, 1024), "pp=4,vpp=2,ep=64,zero=1,ep_overlap=1,mbs=1,layer_split=15:15:16:15", 256,
+     ("moe_dispatch=deepep",)),
+    ("llama3-8b", (8192, 256), "tp=2,sp=1,zero=1,mbs=1", 64, ("cuda_graphs=true",)),
+])
+def test_megatron_core_accepts_runtime_switches(model, train, plan, world, sets):
+    """What --runtime-set priced is what the flags ask for, and megatron-core's TransformerConfig
+    accepts it: the flex dispatcher with its backend, EP all-to-all overlap, per-layer CUDA graphs."""
+    m = get_preset(model)
+    job = base.job_of(m, _switched(TrainingSpec(seq_len=train[0], global_batch=train[1]), *sets), plan, world)
+    assert not megatron.LAUNCHER.refusals(job)
+    _check_megatron(job)
+    text = megatron.emit(job)["megatron_args.txt"]
+    rt = job.train.rt
+    if m.is_moe:
+        if rt.kernels.moe_dispatch in ("deepep", "hybridep"):
+            assert "--moe-token-dispatcher-type flex" in text
+            assert f"--moe-flex-dispatcher-backend {rt.kernels.moe_dispatch}" in text
+        assert "--overlap-moe-expert-parallel-comm" in text
+    assert ("--cuda-graph-impl transformer_engine" in text) == rt.kernels.cuda_graphs
+    assert ("--cuda-graph-scope attn moe_router moe_preprocess" in text) == (rt.kernels.cuda_graphs and m.is_moe)
 
 
 @settings(**SETTINGS)

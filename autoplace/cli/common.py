@@ -90,3 +90,18 @@ def check_gpus(gpus: int) -> int:
 
 def print_json(doc) -> None:
     sys.stdout.write(json.dumps(to_jsonable(doc), indent=2, sort_keys=False) + "\n")
+
+
+RUNTIME_SET_HELP = ("SWITCH=VALUE over the runtime, repeatable: cuda_graphs=true, moe_dispatch=alltoall|deepep|"
+                    "hybridep|allgather, fp8_attention=true, or any section.key=value of its file")
+
+
+def resolve_runtime(runtime, runtime_set):
+    """--runtime NAME|PATH plus --runtime-set settings → what build_training/search take: the name
+    unchanged without settings, else the RuntimeSpec with them applied (default runtime when
+    --runtime is not given; `autoplace.runtimes.switches`)."""
+    if not runtime_set:
+        return runtime
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    return apply_settings(load_runtime(runtime), runtime_set)

@@ -6,12 +6,21 @@ fit in memory, 64 usage error."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from autoplace.analysis.common import build_training
-from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
+from autoplace.cli.common import (
+    RUNTIME_SET_HELP,
+    check_gpus,
+    cli_errors,
+    print_json,
+    resolve_hardware,
+    resolve_model,
+    resolve_runtime,
+)
+from autoplace.runtimes import load_runtime
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +39,7 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("bf16", "--precision"),
         regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics (megatron-core, torchtitan, deepspeed, …)"),
+        runtime_set: Optional[List[str]] = typer.Option(None, "--runtime-set", help=RUNTIME_SET_HELP),
         attention: str = typer.Option("flash", "--attention", help="flash | eager"),
         dropout: bool = typer.Option(False, "--dropout/--no-dropout"),
         plan: Optional[str] = typer.Option(None, "--plan", help='e.g. "tp=8,pp=4,zero=1,sp=1,recompute=selective,mbs=1"'),
@@ -49,6 +59,12 @@ def register(app: typer.Typer) -> None:
             if plan:
                 raise InputError("give either --plan or --plan-file, not both")
             m, hw, train, p, world, _ = read_plan_file(plan_file)
+            if runtime is not None and train.runtime is not None and load_runtime(runtime).name != train.rt.name:
+                raise InputError(f"--runtime {runtime} disagrees with the plan file's runtime {train.rt.name} "
+                                 "(training.runtime); drop --runtime or edit the file")
+            if runtime_set:
+                from autoplace.runtimes.switches import apply_settings
+                train = replace(train, runtime=apply_settings(train.rt, runtime_set))
             if gpus is not None and gpus != world:
                 raise InputError(f"--gpus {gpus} disagrees with the plan file's {world} GPUs; drop --gpus "
                                  "(the plan file fixes the GPU count)")
@@ -63,7 +79,8 @@ def register(app: typer.Typer) -> None:
             if global_batch is None and (states_only or m.states_only):
                 r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
                 global_batch = max(r.dp, 1) * r.mbs
-            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world, runtime=runtime)
+            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world,
+                                      runtime=resolve_runtime(runtime, runtime_set))
             train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)

@@ -15,7 +15,7 @@ import typer
 
 from autoplace.analysis.common import build_training  # noqa: F401  (re-exported: cli.estimate imports it here)
 from autoplace.analysis.explain import rle, why_lines
-from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
+from autoplace.cli.common import RUNTIME_SET_HELP, check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
 
 GIB = 2**30
 
@@ -217,6 +217,7 @@ def register(app: typer.Typer) -> None:
         regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         space: str = typer.Option("default", "--space", help="search space name (default, megatron, fsdp) or .toml path"),
         runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics + capabilities (megatron-core, torchtitan, deepspeed, …; default kernels: megatron-core)"),
+        runtime_set: Optional[List[str]] = typer.Option(None, "--runtime-set", help=RUNTIME_SET_HELP),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | ilp | bayes"),
         top_k: int = typer.Option(5, "--top-k", "-k"),
         headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
@@ -236,6 +237,7 @@ def register(app: typer.Typer) -> None:
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
         from autoplace.errors import InputError, NoFeasiblePlanError
+        from autoplace.runtimes.switches import settings_text
         from autoplace.search import launchers as LS
         from autoplace.search.driver import METHODS
         from autoplace.search.space import load_space
@@ -264,7 +266,7 @@ def register(app: typer.Typer) -> None:
                                 global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                                 precision=precision, regime=regime, space=sp, space_explicit=space != "default",
                                 method=method, top_k=k_search, headroom=headroom, trials=trials, workers=workers,
-                                progress=prog, families=diverse)
+                                progress=prog, families=diverse, runtime_set=runtime_set or ())
         except NoFeasiblePlanError as e:
             prog.close()
             res = getattr(e, "result", None)
@@ -299,6 +301,7 @@ def register(app: typer.Typer) -> None:
             doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
                    "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
                    "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
+                                 "runtime_set": settings_text(t.runtime) if t.runtime else [],
                                  "rules": [r.id for r in t.rules],
                                  "stats": _stats_json(t.result["stats"], "") if t.result else None,
                                  "error": str(t.error) if t.error else None} for t in outcome.targets]}

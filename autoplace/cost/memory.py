@@ -143,11 +143,12 @@ def model_state_bytes(ctx, p, i):
     """(params, grads, optimizer) bytes on one rank of stage i (§2.1–2.3, K1/T22)."""
     t = ctx.train
     _, bG, bM, bO = t.widths
-    bP = param_store_bytes(t) if not ctx.model.states_only else t.b_P
+    pm, gm, om, off = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode), _w(p.off)
+    bP = np.where(om >= 1, param_store_bytes(t), param_store_bytes(t, sharded_optimizer=False)) \
+        if not ctx.model.states_only else t.b_P
     bGr = t.b_G_reduce
     dense, expert = stage_param_counts(ctx, p, i)
     nd, ne = shard_groups(ctx, p)
-    pm, gm, om, off = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode), _w(p.off)
     phi = _w(p.offload_fraction)
     k1 = k1_active(p)
 

@@ -38,13 +38,16 @@ def recipe_of(train, hw=None):
     return RECIPES[name] if name else None
 
 
-def param_store_bytes(train, hw=None) -> float:
-    """Bytes per parameter of the compute copy held on a rank (see the module docstring)."""
+def param_store_bytes(train, hw=None, sharded_optimizer: bool = True) -> float:
+    """Bytes per parameter of the compute copy held on a rank (see the module docstring). The
+    runtime's low-precision parameter copy (`fp8_param_gather`) needs a sharded optimizer: Megatron
+    asserts --fp8-param-gather only with the distributed optimizer or an FSDP path (arguments.py),
+    so a replicated optimizer (zero = 0) keeps the 16-bit copy."""
     r = recipe_of(train, hw)
     pr = train.rt.precision
     if r is None:
         return float(train.b_P) + (1.0 if train.precision in ("fp8", "fp4") and pr.fp8_weight_cache else 0.0)
-    if pr.fp8_param_gather:
+    if pr.fp8_param_gather and sharded_optimizer:
         return r.weight_cache
     return float(train.b_P) + (r.weight_cache if pr.fp8_weight_cache else 0.0)
 

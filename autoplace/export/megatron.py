@@ -20,13 +20,26 @@ shared/docs/launchers_and_libraries.md §1b:
   ZeRO-3 and composes with TP and EP; the torch-FSDP2 path rejects pp > 1 and ep > 1. HSDP
   (dp_replicate > 1) is ``--num-distributed-optimizer-instances r`` on either path;
 * on GPUs before Blackwell, tp > 1 or cp > 1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1, while the FSDP
-  paths assert it is not 1 — `megatron_env.sh` sets it per plan.
+  paths assert it is not 1 — `megatron_env.sh` sets it per plan;
+* what the cost model priced from the runtime is written too (`autoplace.runtimes.switches`): the
+  FP8/FP4 recipe (``--fp8-recipe tensorwise|delayed|blockwise|mxfp8``, ``--fp4-format e2m1
+  --fp4-recipe nvfp4``) and the 1-byte parameter copy the runtime keeps (``--fp8-param-gather`` /
+  ``--fp4-param-gather``, which need the distributed optimizer or Megatron-FSDP), the MoE token
+  dispatcher (``--moe-token-dispatcher-type alltoall|allgather`` or ``flex`` with
+  ``--moe-flex-dispatcher-backend deepep|hybridep``), EP all-to-all overlap
+  (``--overlap-moe-expert-parallel-comm``: ep > 1, no full or block recompute, VPP when pp > 1),
+  per-layer CUDA graphs (``--cuda-graph-impl transformer_engine``; MoE layers capture attention,
+  router and dispatch preprocessing only, ``--cuda-graph-scope attn moe_router moe_preprocess``
+  (megatron-core 0.16; later releases call it ``--cuda-graph-modules`` and still read this one),
+  since dropless experts are not graph-safe; full recompute needs a full-iteration graph and is
+  refused) and FP8 attention (``--fp8-dot-product-attention``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from autoplace.cost.precision import resolve_recipe
 from autoplace.export.common import (
     ExportJob,
     as_job,
@@ -82,12 +95,32 @@ def _rules() -> tuple:
                                                   "attention sinks" if c.model.attn_sinks else "") if x)
                        + ": this export writes full causal attention only (run it from the model's "
                          "Megatron-Bridge provider)"),
+        R("fp8-recipe", "an FP8 recipe --fp8-recipe names",
+          lambda c, p: _a(train_is(c, lambda t: t.precision == "fp8" and resolve_recipe(t, c.hw)
+                                   not in FP8_RECIPE_FLAG)),
+          lambda c, p: f"FP8 recipe '{resolve_recipe(c.train)}': Megatron's --fp8-recipe takes "
+                       f"{', '.join(FP8_RECIPE_FLAG.values())} (autoplace {', '.join(FP8_RECIPE_FLAG)})"),
+        R("ep-overlap", "EP all-to-all overlap: ep > 1, no full/block recompute, VPP with pp > 1",
+          lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool)
+          & ((_a(p.ep) <= 1) | (recompute_kind(c, p)[0] >= 2) | ((_a(p.pp) > 1) & (_a(p.v) <= 1))),
+          lambda c, p: f"ep_overlap with ep={p.ep}, recompute={p.recompute}, pp={p.pp}, vpp={p.vpp}: "
+                       "--overlap-moe-expert-parallel-comm needs ep > 1, no full or block recompute and, with "
+                       "pp > 1, an interleaved schedule (transformer_config.py)"),
+        R("cuda-graphs-recompute", "per-layer CUDA graphs without full recompute",
+          lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs)) & (recompute_kind(c, p)[0] >= 2),
+          lambda c, p: f"CUDA graphs (runtime cuda_graphs=true) with recompute={p.recompute}: Megatron captures "
+                       "full recompute only in a full-iteration graph, which dropless MoE cannot use and this "
+                       "export does not write; use selective or no recompute, or cuda_graphs=false"),
         R("block-vpp", "block recompute per virtual chunk",
           lambda c, p: _block_vpp_bad(c, p),
           lambda c, p: f"block recompute of {p.recompute_layers} layers per stage with vpp={p.vpp}: Megatron's block "
                        f"method recomputes the first N layers of each of the {p.vpp} virtual chunks; use a "
                        f"multiple of {p.vpp}"),
     )
+
+
+# autoplace recipe → Megatron's --fp8-recipe (TE recipes; transformer_config.py fp8_recipe)
+FP8_RECIPE_FLAG = {"current": "tensorwise", "delayed": "delayed", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 
 def _block_vpp_bad(c, p):
@@ -179,7 +212,13 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--expert-model-parallel-size", plan.ep))
         f.append(("--expert-tensor-parallel-size", plan.t_exp))
         if plan.ep > 1:
-            f.append(("--moe-token-dispatcher-type", "alltoall"))
+            disp = rt.kernels.moe_dispatch            # the runtime's dispatcher (switch moe_dispatch)
+            if disp in ("deepep", "hybridep"):
+                f += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", disp)]
+            else:
+                f.append(("--moe-token-dispatcher-type", disp))
+            if plan.ep_overlap:
+                f.append(("--overlap-moe-expert-parallel-comm", None))
         if rt.kernels.moe_grouped_gemm:       # the runtime's expert GEMMs (the cost model reads the same)
             f.append(("--moe-grouped-gemm", None))
     # ---- data parallel / ZeRO -------------------------------------------------------------------
@@ -222,12 +261,24 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--seq-length", t.seq_len))
     # ---- precision ------------------------------------------------------------------------------
     prec = t.precision if t is not None else "bf16"
-    if prec in ("bf16", "fp8"):
+    if prec in ("bf16", "fp8", "fp4"):
         f.append(("--bf16", None))
     elif prec == "fp16":
         f.append(("--fp16", None))
     if prec == "fp8":
         f.append(("--fp8-format", "hybrid"))
+        f.append(("--fp8-recipe", FP8_RECIPE_FLAG[resolve_recipe(t, job.hw) or "delayed"]))
+    elif prec == "fp4":
+        f += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    if prec in ("fp8", "fp4") and rt.precision.fp8_param_gather and zero >= 1:
+        # the 1-byte parameter copy the cost model holds (cost.precision.param_store_bytes)
+        f.append(("--fp8-param-gather" if prec == "fp8" else "--fp4-param-gather", None))
+    if prec in ("fp8", "fp4") and rt.kernels.fp8_attention:
+        f.append(("--fp8-dot-product-attention", None))
+    if rt.kernels.cuda_graphs:
+        f.append(("--cuda-graph-impl", "transformer_engine"))
+        if m.is_moe:
+            f.append(("--cuda-graph-scope", "attn moe_router moe_preprocess"))
     if t is not None and t.grad_reduce_bytes == 2 and prec in ("bf16", "fp8"):
         f.append(("--grad-reduce-in-bf16", None))
     # ---- model shape ----------------------------------------------------------------------------

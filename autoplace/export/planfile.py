@@ -86,6 +86,9 @@ def _training_dict(train) -> dict:
         rt = load_runtime(rt)
         src = Path(rt.source)
         d["runtime"] = rt.name if src.parent == RUNTIME_DIR or rt.source == "builtin" else str(src)
+        from autoplace.runtimes.switches import settings_text
+        if rt.overrides:
+            d["runtime_set"] = settings_text(rt)      # --runtime-set over the file, re-applied on read
     return d
 
 
@@ -176,12 +179,18 @@ def _training(d, where):
     from autoplace.specs.training import TrainingSpec
     d = dict(d)
     rt = d.get("runtime")
+    sets = d.pop("runtime_set", None)
+    if sets is not None and (not isinstance(sets, list) or not all(isinstance(x, str) for x in sets)):
+        raise InputError(f"{where}: training.runtime_set must be a list of \"key=value\" strings")
+    if sets and rt is None:
+        raise InputError(f"{where}: training.runtime_set needs training.runtime (the runtime it applies to)")
     if rt is not None:
         if not isinstance(rt, str):
             raise InputError(f"{where}: training.runtime must be a runtime name or .toml path, got {type(rt).__name__}")
         from autoplace.runtimes import load_runtime
+        from autoplace.runtimes.switches import apply_settings
         try:
-            d["runtime"] = load_runtime(rt)
+            d["runtime"] = apply_settings(load_runtime(rt), sets or ())
         except InputError as e:
             raise InputError(f"{where}: training.runtime: {e}") from None
     return _build(TrainingSpec, d, "training", where)

@@ -85,6 +85,15 @@ def _rules() -> tuple:
           lambda c, p: (_a(p.zero) == 3) & (_a(p.dp_replicate) > 1) & (_a(p.dp_shard) == 1) & (_a(p.cp) == 1),
           lambda c, p: f"zero=3 with dp_replicate={p.dp_replicate} and dp_shard=1 shards nothing: torchtitan "
                        "would run DDP; set dp_replicate=1"),
+        R("ep-dispatch", "the token dispatch torchtitan runs: all-to-all or DeepEP",
+          lambda c, p: (_a(p.ep) > 1) & _a(train_is(c, lambda t: LAUNCHER.runtime_for(t).kernels.moe_dispatch
+                                                     not in ("alltoall", "deepep"))),
+          lambda c, p: f"moe_dispatch={LAUNCHER.runtime_for(c.train).kernels.moe_dispatch}: torchtitan's "
+                       "expert_parallel_comm_backend is 'standard' (all-to-all) or 'deepep'"),
+        R("ep-overlap", "EP all-to-all overlap only under DualPipeV",
+          lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool),
+          lambda c, p: "ep_overlap: torchtitan overlaps the EP all-to-all only inside its DualPipeV schedule "
+                       "(pipeline_parallel_expert_parallel_overlap), which autoplace does not plan; drop ep_overlap"),
         R("ep-carve", "EP is carved out of dp_shard·cp·tp",
           lambda c, p: (_a(p.ep) > 1) & ((_shard(p) * _a(p.cp) * _a(p.tp)) % (_a(p.t_exp) * _a(p.ep)) != 0),
           lambda c, p: f"ep={p.ep}, etp={p.t_exp}: torchtitan carves EP out of dp_shard·cp·tp = "
@@ -236,6 +245,8 @@ def job_config(job: ExportJob) -> dict:
            "context_parallel_degree": plan.cp,
            "expert_parallel_degree": plan.ep,
            "expert_tensor_parallel_degree": plan.t_exp if plan.ep > 1 else 1}
+    if plan.ep > 1 and LAUNCHER.runtime_for(t).kernels.moe_dispatch == "deepep":
+        par["expert_parallel_comm_backend"] = "deepep"
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = _SCHEDULES[plan.schedule]
         par["pipeline_parallel_microbatch_size"] = plan.mbs

@@ -18,7 +18,7 @@ from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES, modules_c
 
 ATTENTION_KERNELS = ("cudnn", "flash3", "flash2", "sdpa", "flex", "eager", "flash")
 ELEMENTWISE = ("fused", "compiled", "eager")
-DISPATCH = ("alltoall", "deepep", "allgather")
+DISPATCH = ("alltoall", "deepep", "hybridep", "allgather")
 SP_MODES = ("optional", "always", "never")
 ETP_MODES = ("any", "tp-or-1", "1")
 GROUP_MODES = ("any", "pp", "rounds")

@@ -64,8 +64,10 @@ class Kernels:
     vocab-parallel CE 3 (max, exp-sum, softmax write); eager .float() + log_softmax + nll 5.
     Backward moves (4 + b_A)·loss_passes/3 bytes per logit."""
     moe_dispatch: str = "alltoall"
-    """Token dispatch: alltoall (NCCL all-to-all), deepep (DeepEP / hybrid-EP kernels: NVLink-RDMA
-    forwarding, fewer copies), allgather (tokens all-gathered over EP)."""
+    """Token dispatch: alltoall (NCCL all-to-all), deepep (DeepEP kernels: NVLink-RDMA forwarding,
+    fewer copies), hybridep (Megatron's hybrid-EP flex backend, the same physics on more SMs),
+    allgather (tokens all-gathered over EP). Set it with the `moe_dispatch` switch
+    (`autoplace.runtimes.switches`), which also sets the permute passes and comm keys it implies."""
     moe_grouped_gemm: bool = True
     """Experts run as one grouped GEMM (TE/cutlass grouped GEMM) rather than a loop of GEMMs."""
     moe_token_passes: float = 0.0
@@ -287,6 +289,9 @@ class RuntimeSpec:
     supports: Capabilities = field(default_factory=Capabilities)
     source: str = "builtin"
     """Where the spec was read from."""
+    overrides: tuple = ()
+    """Settings applied over the file, in order, as ("section.key" or a switch name, value) pairs
+    (`--runtime-set`, a record's workload switches; `autoplace.runtimes.switches`)."""
 
     def plan_defaults(self) -> dict:
         """Plan fields this stack fixes when the user is silent."""
@@ -296,9 +301,14 @@ class RuntimeSpec:
         return out
 
     def describe(self) -> str:
-        return f"{self.name} ({self.version})"
+        extra = "; " + ", ".join(f"{k}={_show(v)}" for k, v in self.overrides) if self.overrides else ""
+        return f"{self.name} ({self.version}{extra})"
+
+
+def _show(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 SECTIONS = {"kernels": Kernels, "memory": MemoryBehaviour, "comm": CommBehaviour, "precision": Precision,
             "defaults": Defaults, "supports": Capabilities}
-TOP_KEYS = tuple(f.name for f in fields(RuntimeSpec) if f.name not in SECTIONS and f.name != "source")
+TOP_KEYS = tuple(f.name for f in fields(RuntimeSpec) if f.name not in SECTIONS and f.name not in ("source", "overrides"))

@@ -157,7 +157,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     if getattr(space, "runtime", ""):
         from autoplace.runtimes import load_runtime
         from autoplace.runtimes.check import capability_rules
-        rules += [r for r in capability_rules(load_runtime(space.runtime)) if r not in rules]
+        have = {r.id for r in rules}
+        rules += [r for r in capability_rules(load_runtime(space.runtime)) if r.id not in have]
     rules = tuple(rules)
     check_size(ctx, space)
     en = enumerate_space(ctx, space, chunk=chunk, collapse_block=True, extra_rules=rules)

@@ -37,7 +37,12 @@ class Target:
 
     @property
     def label(self) -> str:
-        rt = self.runtime.name if self.runtime is not None else "default kernels"
+        if self.runtime is None:
+            rt = "default kernels"
+        else:
+            from autoplace.runtimes.switches import settings_text
+            sets = settings_text(self.runtime)
+            rt = self.runtime.name + (f"; {', '.join(sets)}" if sets else "")
         return f"{self.launcher or 'any launcher'} ({rt})"
 
 
@@ -54,11 +59,19 @@ class Outcome:
         return self.ranked[0][2].train if self.ranked else self.targets[0].train
 
 
-def resolve_targets(launchers, runtime) -> list[Target]:
-    """(--launcher list, --runtime) → the searches to run; one-line InputError when they disagree."""
+def resolve_targets(launchers, runtime, runtime_set=()) -> list[Target]:
+    """(--launcher list, --runtime, --runtime-set) → the searches to run; one-line InputError when
+    they disagree. The settings apply to every search's runtime (the default runtime when neither
+    --runtime nor a launcher names one)."""
     from autoplace.export.registry import get_launcher
-    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes import DEFAULT_RUNTIME, load_runtime
+    from autoplace.runtimes.switches import apply_settings
     rt = load_runtime(runtime) if runtime else None
+    if runtime_set:
+        if rt is None and not launchers:
+            rt = load_runtime(DEFAULT_RUNTIME)
+        if rt is not None:
+            rt = apply_settings(rt, runtime_set)
     names = []
     for item in launchers or ():
         for part in str(item).split(","):
@@ -80,7 +93,8 @@ def resolve_targets(launchers, runtime) -> list[Target]:
                                  f"drop --runtime (then {n} implies {L.runtime}) or pick a runtime of {n}")
             out.append(Target(n, rt, explicit_runtime=True))
         else:
-            out.append(Target(n, load_runtime(L.runtime) if L.runtime else None))
+            own = load_runtime(L.runtime) if L.runtime else None
+            out.append(Target(n, apply_settings(own, runtime_set) if own is not None and runtime_set else own))
     return out
 
 
@@ -165,11 +179,12 @@ def runs_on(model, hw, train, plan, world) -> list[str]:
 def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, global_batch=None,
            global_batch_tokens=None, precision="bf16", regime=None, space=None, space_explicit=False,
            method="auto", top_k=5, headroom=0.0, trials=200, workers=None, progress=None,
-           per_launcher=True, families=False) -> Outcome:
-    """The searches `autoplace search` runs for --launcher/--runtime (see the module docstring).
+           per_launcher=True, families=False, runtime_set=()) -> Outcome:
+    """The searches `autoplace search` runs for --launcher/--runtime (see the module docstring);
+    `runtime_set` (--runtime-set) applies over each search's runtime (autoplace.runtimes.switches).
     families (`search --diverse`): the best plan of each family (one search only)."""
     from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
-    targets = resolve_targets(launchers, runtime)
+    targets = resolve_targets(launchers, runtime, runtime_set)
     if families and len(targets) > 1:
         raise InputError("--diverse takes at most one --launcher (one search); drop the others")
     if seq_len is not None and seq_len < 1:

@@ -22,6 +22,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.plan import Plan, lighter_ends_split
 from autoplace.runtimes import load_runtime, training_spec
 from autoplace.runtimes.infer import benchmark_overrides, runtime_for_record
+from autoplace.runtimes.switches import apply_settings, settings_text
 from autoplace.specs.hardware import HardwareSpec, load_hardware
 from autoplace.specs.model import ModelSpec, params_only
 from autoplace.specs.training import TrainingSpec
@@ -142,30 +143,28 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
     rt = load_runtime(name)
     assumptions.append(f"runtime {name}: {why}")
     knobs = workload_knobs(rec)
-    k = rt.kernels
-    kern: dict = {}
+    # the record's workload knobs as runtime switches (autoplace.runtimes.switches: one place for
+    # what each implies, shared with --runtime-set and the exporters)
+    sets: list = []
     graphs = str(knobs.get("cuda_graph_impl", "")).lower()
     if graphs in ("full_iteration", "local", "transformer_engine"):
-        kern["cuda_graphs"] = True
+        sets.append(("cuda_graphs", True))
     disp = str(knobs.get("moe_flex_dispatcher_backend", "") or knobs.get("moe_token_dispatcher_type", "")).lower()
     text = record_text(rec)
-    comm: dict = {}
     if disp in ("deepep", "hybridep", "flex") or re.search(r"\bdeepep\b", text):
-        # DeepEP / hybrid-EP kernels: expert-ordered buffers, one RDMA copy per remote node, the SMs
-        # they hold (Bridge perf recipes: moe_hybridep_num_sms = 32; DeepEP's default 24)
-        kern.update(moe_dispatch="deepep", moe_permute_passes=0.0)
-        comm.update(a2a_node_dedup=True, ep_comm_sms=32 if disp == "hybridep" else 24)
+        # Megatron's flex dispatcher defaults to the DeepEP backend
+        sets.append(("moe_dispatch", "hybridep" if disp == "hybridep" else "deepep"))
     if knobs.get("fp8_dot_product_attention") is True:
-        kern["fp8_attention"] = True
+        sets.append(("fp8_attention", True))
     if re.search(r"flexattn|flex attention|flexattention", text):
-        kern["attention"] = "flex"
+        sets.append(("kernels.attention", "flex"))
     _, bench_comm, bench_why = benchmark_overrides(text, rt.name)
     if bench_comm:
-        comm.update(bench_comm)
+        sets += [(f"comm.{k}", v) for k, v in bench_comm.items()]
         assumptions.append(bench_why)
-    if kern or comm:
-        rt = replace(rt, kernels=replace(k, **kern), comm=replace(rt.comm, **comm))
-        assumptions.append("workload switches from the record: " + ", ".join(f"{a}={b}" for a, b in {**kern, **comm}.items()))
+    if sets:
+        rt = apply_settings(rt, sets)
+        assumptions.append("workload switches from the record: " + ", ".join(settings_text(rt)))
     return rt, knobs
 
 
