@@ -135,12 +135,21 @@ def _job(model, plan, world, *sets, runtime="megatron-core", precision="bf16", r
 
 
 def test_megatron_refuses_what_its_flags_cannot_run():
+    """EP all-to-all overlap: Megatron-Core's asserts are the megatron-core runtime's capability rule
+    (RT-ep-overlap), which the Megatron exporter applies; runtimes without it refuse it outright."""
     ov = _job("mixtral-8x7b", "ep=8,zero=1,mbs=1,ep_overlap=1,recompute=full", 64)
-    assert "L-megatron-ep-overlap" in megatron.LAUNCHER.violated(ov)
+    assert "RT-ep-overlap" in megatron.LAUNCHER.violated(ov)
     nov = _job("mixtral-8x7b", "pp=2,ep=8,zero=1,mbs=1,ep_overlap=1", 64)
-    assert "L-megatron-ep-overlap" in megatron.LAUNCHER.violated(nov)          # pp > 1 without VPP
+    assert "RT-ep-overlap" in megatron.LAUNCHER.violated(nov)          # pp > 1 without VPP
     ok = _job("mixtral-8x7b", "pp=2,vpp=2,ep=8,zero=1,mbs=1,ep_overlap=1", 64)
-    assert "L-megatron-ep-overlap" not in megatron.LAUNCHER.violated(ok)
+    assert "RT-ep-overlap" not in megatron.LAUNCHER.violated(ok)
+    assert "RT-ep-overlap" not in megatron.LAUNCHER.violated(
+        _job("mixtral-8x7b", "ep=8,zero=1,mbs=1,ep_overlap=1,recompute=block,recompute_layers=0", 64))
+    old = _job("mixtral-8x7b", "pp=2,vpp=2,ep=8,zero=1,mbs=1,ep_overlap=1", 64, runtime="megatron-core-0.11")
+    from autoplace.placement.rules import Ctx
+    from autoplace.runtimes.check import capability_rules
+    rule = next(r for r in capability_rules(old.train.rt) if r.id == "RT-ep-overlap")
+    assert bool(rule.violated(Ctx(old.model, old.train, old.world), old.plan))
     cg = _job("llama3-8b", "tp=2,sp=1,zero=1,recompute=full,mbs=1", 64, "cuda_graphs=true")
     assert "L-megatron-cuda-graphs-recompute" in megatron.LAUNCHER.violated(cg)
     assert "L-megatron-cuda-graphs-recompute" not in megatron.LAUNCHER.violated(
@@ -193,3 +202,26 @@ def test_the_record_mapping_reads_the_same_switches():
     rt = map_shaped(r).train.rt
     assert settings_text(rt) == ["cuda_graphs=true", "moe_dispatch=hybridep", "fp8_attention=true"]
     assert rt == apply_settings(load_runtime("megatron-core"), settings_text(rt))
+
+
+def test_search_offers_ep_overlap_where_the_runtime_runs_it():
+    """The default space lists ep_overlap; the search keeps it off for ep = 1 (no duplicate dense
+    plans) and for runtimes without it (torchtitan), and picks it for MoE under megatron-core,
+    where the EP all-to-all hides under compute."""
+    from autoplace.search.space import load_space, space_for_runtime
+    sp = load_space("default")
+    assert dict(sp.extras)["ep_overlap"] == (False, True)
+    assert dict(space_for_runtime("torchtitan").extras)["ep_overlap"] == (False,)
+    assert dict(space_for_runtime("megatron-core").extras)["ep_overlap"] == (False, True)
+    r = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "-n", "16", "--precision", "fp8", "--launcher",
+                            "megatron", "--top-k", "1", "--json"])
+    best = json.loads(r.stdout)["plans"][0]
+    assert best["plan"]["ep_overlap"] is True and best["time"]["breakdown_s"]["ep_comm"] == 0.0
+    r = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "-n", "16", "--precision", "fp8", "--launcher",
+                            "torchtitan", "--top-k", "3", "--json"])
+    assert all(p["plan"]["ep_overlap"] is False for p in json.loads(r.stdout)["plans"])
+    dense = runner.invoke(app, ["search", "-m", "llama3-8b", "-n", "8", "--top-k", "20", "--json"])
+    plans = json.loads(dense.stdout)["plans"]
+    assert all(p["plan"]["ep_overlap"] is False for p in plans)
+    keys = [json.dumps(p["plan"], sort_keys=True) for p in plans]
+    assert len(keys) == len(set(keys))

@@ -83,7 +83,7 @@ def _degrees(p) -> str:
     if p.cp > 1:
         s += f" cp{p.cp}"
     if p.ep > 1:
-        s += f" ep{p.ep}" + (f" etp{p.t_exp}" if p.t_exp != p.tp else "")
+        s += f" ep{p.ep}" + (f" etp{p.t_exp}" if p.t_exp != p.tp else "") + (" a2a-ovl" if p.ep_overlap else "")
     return s
 
 
@@ -153,7 +153,8 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         for n, v in outcome.best_per_launcher.items():
             if isinstance(v, tuple):
                 p, st, tg = v
-                con.print(f"  {n:<10} {step_str(st):>8} s  {p.short()}  [dim]({tg.runtime.name})[/]")
+                con.print(f"  {n:<10} {step_str(st):>8} s  {p.short()}{',ep_overlap' if p.ep_overlap and p.ep > 1 else ''}"
+                          f"  [dim]({tg.runtime.name})[/]")
             else:
                 con.print(f"  {n:<10} [red]{v}[/]")
     if len(docs) > 1:

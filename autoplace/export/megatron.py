@@ -27,7 +27,8 @@ shared/docs/launchers_and_libraries.md §1b:
   ``--fp4-param-gather``, which need the distributed optimizer or Megatron-FSDP), the MoE token
   dispatcher (``--moe-token-dispatcher-type alltoall|allgather`` or ``flex`` with
   ``--moe-flex-dispatcher-backend deepep|hybridep``), EP all-to-all overlap
-  (``--overlap-moe-expert-parallel-comm``: ep > 1, no full or block recompute, VPP when pp > 1),
+  (``--overlap-moe-expert-parallel-comm``; its conditions are the runtime's capability rule
+  RT-ep-overlap),
   per-layer CUDA graphs (``--cuda-graph-impl transformer_engine``; MoE layers capture attention,
   router and dispatch preprocessing only, ``--cuda-graph-scope attn moe_router moe_preprocess``
   (megatron-core 0.16; later releases call it ``--cuda-graph-modules`` and still read this one),
@@ -100,12 +101,6 @@ def _rules() -> tuple:
                                    not in FP8_RECIPE_FLAG)),
           lambda c, p: f"FP8 recipe '{resolve_recipe(c.train)}': Megatron's --fp8-recipe takes "
                        f"{', '.join(FP8_RECIPE_FLAG.values())} (autoplace {', '.join(FP8_RECIPE_FLAG)})"),
-        R("ep-overlap", "EP all-to-all overlap: ep > 1, no full/block recompute, VPP with pp > 1",
-          lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool)
-          & ((_a(p.ep) <= 1) | (recompute_kind(c, p)[0] >= 2) | ((_a(p.pp) > 1) & (_a(p.v) <= 1))),
-          lambda c, p: f"ep_overlap with ep={p.ep}, recompute={p.recompute}, pp={p.pp}, vpp={p.vpp}: "
-                       "--overlap-moe-expert-parallel-comm needs ep > 1, no full or block recompute and, with "
-                       "pp > 1, an interleaved schedule (transformer_config.py)"),
         R("cuda-graphs-recompute", "per-layer CUDA graphs without full recompute",
           lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs)) & (recompute_kind(c, p)[0] >= 2),
           lambda c, p: f"CUDA graphs (runtime cuda_graphs=true) with recompute={p.recompute}: Megatron captures "

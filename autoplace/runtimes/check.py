@@ -69,7 +69,7 @@ def validate_runtime(rt) -> None:
                              "GEMMs, which dtypes does not list")
 
 
-WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "cp", "ep", "etp",
+WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "ep-overlap", "cp", "ep", "etp",
             "schedule", "vpp-group", "uneven", "offload", "offload-partial", "offload-zero", "recompute", "order",
             "stage-recompute", "recompute-modules", "precision", "fetch-sync")
 
@@ -139,6 +139,19 @@ def capability_rules(rt) -> tuple:
     if not s.tp_overlap:
         add("tp-overlap", "TP communication overlap", lambda c, p: _a(p.tp_overlap).astype(bool),
             lambda c, p: f"tp_overlap=1: {who} has no TP communication overlap")
+    if not s.ep_overlap:
+        add("ep-overlap", "EP all-to-all overlap", lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool),
+            lambda c, p: f"ep_overlap=1: {who} does not overlap the EP all-to-all with compute")
+    else:
+        # Megatron-Core's asserts for overlap_moe_expert_parallel_comm (transformer_config.py): EP,
+        # no full or block recompute, an interleaved schedule when pipelined
+        add("ep-overlap", "EP all-to-all overlap: ep > 1, no full/block recompute, interleaved with pp > 1",
+            lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool)
+            & ((_a(p.ep) <= 1) | ((_a(p.rc) >= 2) & ~((_a(p.rc) == 3) & (_a(p.recompute_layers) <= 0)))
+               | ((_a(p.pp) > 1) & (_a(p.sched) != 1))),
+            lambda c, p: f"ep_overlap with ep={p.ep}, recompute={p.recompute}, pp={p.pp}, schedule={p.schedule}: "
+                         f"{who} overlaps the EP all-to-all only with ep > 1, no full or block recompute and, "
+                         "with pp > 1, the interleaved schedule")
     if not s.cp:
         add("cp", "context parallelism", lambda c, p: _a(p.cp) > 1,
             lambda c, p: f"cp={p.cp}: {who} has no ring context parallelism")

@@ -234,6 +234,9 @@ class Capabilities:
     """Sequence parallelism with TP: optional, always (torchtitan applies it with every TP), never."""
     tp_overlap: bool = True
     """TP communication overlap with GEMMs (needs SP)."""
+    ep_overlap: bool = False
+    """EP all-to-all overlapped with another micro-batch's compute (Megatron-Core ≥ 0.14
+    `overlap_moe_expert_parallel_comm`); the plan knob `ep_overlap`."""
     cp: bool = True
     """Ring context parallelism."""
     ep: bool = True

@@ -6,7 +6,7 @@ of five groups whose allowed values depend on the degree row but not on each oth
 
 | group   | columns                                              | per-row restrictions                     |
 |---------|------------------------------------------------------|------------------------------------------|
-| misc    | order, dp_overlap, the space's extra Plan flags      | one rank order when ep = 1               |
+| misc    | order, dp_overlap, the space's extra Plan flags      | one rank order, no ep_overlap when ep = 1 |
 | tp      | sp, tp_overlap                                       | SP only for tp > 1; overlap only with SP |
 | rc      | rc, recompute_layers, rc_mods                        | block layers 1 … L/pp − 1; modules with  |
 |         |                                                      | selective only, mla_up_proj on MLA only  |
@@ -106,9 +106,12 @@ def misc_group(ctx, space: Space, deg: dict) -> OptionGroup:
     opts = list(itertools.product(*lists))
     mask = np.ones((n, len(opts)), dtype=bool)
     single = deg["ep"] == 1
+    iov = names.index("ep_overlap") if "ep_overlap" in names else None
     for j, o in enumerate(opts):
         if o[0] != space.rank_order[0]:
             mask[single, j] = False
+        if iov is not None and o[iov]:
+            mask[single, j] = False          # EP all-to-all overlap needs an EP all-to-all
     r, k = np.nonzero(mask)
     return make_group("misc", r, {name: np.array([o[j] for o in opts])[k] for j, name in enumerate(names)}, n)
 

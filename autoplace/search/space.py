@@ -415,6 +415,8 @@ def space_for_runtime(rt, base: Space | None = None) -> Space:
     pdf = rt.plan_defaults()
     kw["dp_overlap"] = (bool(pdf["dp_overlap"]),)
     extras = dict(sp.extras)
+    if not s.ep_overlap and "ep_overlap" in extras:
+        extras["ep_overlap"] = (False,)
     for k in ("tp_async", "bwd_prefetch", "fetch_sync", "dp_bucket_mb"):
         if k in pdf and k in KNOB_NAMES:
             extras[k] = (pdf[k],)
