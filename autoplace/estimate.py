@@ -20,6 +20,14 @@ def _f(x) -> float:
     return float(np.asarray(x))
 
 
+def _recipe(train, hw) -> str:
+    """The FP8/FP4 recipe the GEMMs run ('' outside fp8/fp4): the stated one or the runtime's default."""
+    if train.precision not in ("fp8", "fp4"):
+        return ""
+    from autoplace.cost.precision import resolve_recipe
+    return resolve_recipe(train, hw)
+
+
 def _runtime_fields(train) -> dict:
     """The runtime that priced the plan: its name and the settings applied over its file."""
     rt = getattr(train, "runtime", None)
@@ -44,7 +52,7 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "training": {"seq_len": train.seq_len, "global_batch": train.global_batch,
                      "precision": train.precision, "regime": train.regime, "attention": train.attention,
                      "states_only": train.states_only or model.states_only,
-                     **_runtime_fields(train)},
+                     "fp8_recipe": _recipe(train, hw), **_runtime_fields(train)},
         "plan": plan.to_dict(),
         "legal": not violations,
         "violations": [v.to_dict() for v in violations],

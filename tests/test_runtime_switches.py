@@ -225,3 +225,28 @@ def test_search_offers_ep_overlap_where_the_runtime_runs_it():
     assert all(p["plan"]["ep_overlap"] is False for p in plans)
     keys = [json.dumps(p["plan"], sort_keys=True) for p in plans]
     assert len(keys) == len(set(keys))
+
+
+def test_fp8_recipe_on_the_cli():
+    """--fp8-recipe picks the recipe the cost model and the exporters use; estimate --json reports
+    it; a recipe of the wrong GEMM dtype or an unknown one is a one-line error (exit 1)."""
+    args = ["estimate", "-m", "qwen3-30b-a3b", "-n", "8", "--hardware", "gb200-nvl72", "--runtime", "megatron-core",
+            "--plan", "ep=8,zero=1,mbs=4", "--global-batch", "512", "--seq-len", "4096", "--json"]
+    cs = json.loads(runner.invoke(app, args + ["--precision", "fp8"]).stdout)
+    mx = json.loads(runner.invoke(app, args + ["--precision", "fp8", "--fp8-recipe", "mxfp8"]).stdout)
+    assert cs["training"]["fp8_recipe"] == "current" and mx["training"]["fp8_recipe"] == "mxfp8"
+    assert mx["time"]["step_s"] != cs["time"]["step_s"]
+    assert json.loads(runner.invoke(app, args).stdout)["training"]["fp8_recipe"] == ""
+    for extra, needle in ((["--precision", "fp8", "--fp8-recipe", "nvfp4"], "give --precision fp4"),
+                          (["--precision", "bf16", "--fp8-recipe", "mxfp8"], "needs --precision fp8"),
+                          (["--precision", "fp8", "--fp8-recipe", "bogus"], "is not a recipe")):
+        r = runner.invoke(app, args + extra)
+        assert r.exit_code == 1 and needle in r.output and "Traceback" not in r.output
+    # a launcher whose runtime lacks the recipe says so (torchtitan's torchao has no delayed scaling)
+    tt = runner.invoke(app, ["search", "-m", "llama3-8b", "-n", "8", "--hardware", "b200", "--precision", "fp8",
+                             "--fp8-recipe", "delayed", "--launcher", "torchtitan", "--top-k", "1"])
+    assert tt.exit_code != 0 and "fp8 recipe 'delayed': torchtitan implements" in tt.output
+    s = runner.invoke(app, ["search", "-m", "llama3-8b", "-n", "8", "--hardware", "b200", "--precision", "fp8",
+                            "--fp8-recipe", "mxfp8", "--launcher", "megatron", "--top-k", "1", "--json"])
+    assert s.exit_code == 0, s.output
+    assert json.loads(s.stdout)["plans"][0]["training"]["fp8_recipe"] == "mxfp8"

@@ -6,7 +6,8 @@ the training spec a separate `search` at the same point builds)."""
 from __future__ import annotations
 
 
-def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world, runtime=None):
+def build_training(model, seq_len, global_batch, global_batch_tokens, precision, regime, world, runtime=None,
+                   fp8_recipe: str = ""):
     """(TrainingSpec, batch note) from the CLI's training options. seq_len None → the model's
     pre-training length (`search.launchers.default_seq_len`); global batch: sequences, or ~tokens
     per step rounded to legal plans (`search.driver.default_global_batch`); runtime (a name or
@@ -33,7 +34,25 @@ def build_training(model, seq_len, global_batch, global_batch_tokens, precision,
         if tokens < 1:
             raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
         B, note = default_global_batch(s, world, tokens)
+    check_recipe(precision, fp8_recipe)
     if runtime is not None:
         from autoplace.runtimes import training_spec
-        return training_spec(runtime, seq_len=s, global_batch=B, precision=precision, regime=regime), note
-    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime or "zero"), note
+        return training_spec(runtime, seq_len=s, global_batch=B, precision=precision, regime=regime,
+                             fp8_recipe=fp8_recipe or ""), note
+    return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime or "zero",
+                        fp8_recipe=fp8_recipe or ""), note
+
+
+def check_recipe(precision: str, recipe) -> None:
+    """--fp8-recipe: a known recipe (autoplace.runtimes.recipes) of the --precision's GEMM dtype."""
+    if not recipe:
+        return
+    from autoplace.errors import InputError
+    from autoplace.runtimes.recipes import RECIPES
+    r = RECIPES.get(recipe)
+    if r is None:
+        raise InputError(f"--fp8-recipe '{recipe}' is not a recipe; choose one of {', '.join(RECIPES)}")
+    if precision not in ("fp8", "fp4"):
+        raise InputError(f"--fp8-recipe {recipe} needs --precision {r.gemm_dtype} (got --precision {precision})")
+    if r.gemm_dtype != precision:
+        raise InputError(f"--fp8-recipe {recipe} runs {r.gemm_dtype} GEMMs; give --precision {r.gemm_dtype}")

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
         precision: str = typer.Option("bf16", "--precision"),
+        fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="FP8/FP4 recipe: current (FP8-CS), delayed, blockwise, mxfp8, nvfp4 (Transformer Engine), tensorwise, rowwise (torchao); default: the runtime's first the GPU runs"),
         regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics (megatron-core, torchtitan, deepspeed, …)"),
         runtime_set: Optional[List[str]] = typer.Option(None, "--runtime-set", help=RUNTIME_SET_HELP),
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
                 global_batch = max(r.dp, 1) * r.mbs
             train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world,
-                                      runtime=resolve_runtime(runtime, runtime_set))
+                                      runtime=resolve_runtime(runtime, runtime_set), fp8_recipe=fp8_recipe)
             train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)

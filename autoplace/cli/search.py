@@ -215,6 +215,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: Optional[int] = typer.Option(None, "--global-batch-tokens",
                                                           help="tokens per step (default ~4M = 2^22), rounded to legal plans"),
         precision: str = typer.Option("bf16", "--precision"),
+        fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="FP8/FP4 recipe: current (FP8-CS), delayed, blockwise, mxfp8, nvfp4 (Transformer Engine), tensorwise, rowwise (torchao); default: the runtime's first the GPU runs"),
         regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         space: str = typer.Option("default", "--space", help="search space name (default, megatron, fsdp) or .toml path"),
         runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics + capabilities (megatron-core, torchtitan, deepspeed, …; default kernels: megatron-core)"),
@@ -267,7 +268,8 @@ def register(app: typer.Typer) -> None:
                                 global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                                 precision=precision, regime=regime, space=sp, space_explicit=space != "default",
                                 method=method, top_k=k_search, headroom=headroom, trials=trials, workers=workers,
-                                progress=prog, families=diverse, runtime_set=runtime_set or ())
+                                progress=prog, families=diverse, runtime_set=runtime_set or (),
+                                fp8_recipe=fp8_recipe or "")
         except NoFeasiblePlanError as e:
             prog.close()
             res = getattr(e, "result", None)

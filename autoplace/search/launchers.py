@@ -116,15 +116,16 @@ def default_seq_len(model, targets) -> tuple[int, str]:
                "--seq-len to change)")
 
 
-def build_train(model, target: Target, seq_len: int, global_batch: int, precision: str, regime):
+def build_train(model, target: Target, seq_len: int, global_batch: int, precision: str, regime,
+                fp8_recipe: str = ""):
     """The TrainingSpec a target searches under: the runtime's defaults when it has one."""
     from autoplace.specs.training import TrainingSpec
     if target.runtime is None:
         return TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                            regime=regime or "zero")
+                            regime=regime or "zero", fp8_recipe=fp8_recipe or "")
     from autoplace.runtimes import training_spec
     return training_spec(target.runtime, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                         regime=regime)
+                         regime=regime, fp8_recipe=fp8_recipe or "")
 
 
 def prepare(target: Target, model, hw, train, space=None, space_explicit: bool = False) -> Target:
@@ -179,11 +180,13 @@ def runs_on(model, hw, train, plan, world) -> list[str]:
 def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, global_batch=None,
            global_batch_tokens=None, precision="bf16", regime=None, space=None, space_explicit=False,
            method="auto", top_k=5, headroom=0.0, trials=200, workers=None, progress=None,
-           per_launcher=True, families=False, runtime_set=()) -> Outcome:
+           per_launcher=True, families=False, runtime_set=(), fp8_recipe: str = "") -> Outcome:
     """The searches `autoplace search` runs for --launcher/--runtime (see the module docstring);
     `runtime_set` (--runtime-set) applies over each search's runtime (autoplace.runtimes.switches).
     families (`search --diverse`): the best plan of each family (one search only)."""
+    from autoplace.analysis.common import check_recipe
     from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
+    check_recipe(precision, fp8_recipe)
     targets = resolve_targets(launchers, runtime, runtime_set)
     if families and len(targets) > 1:
         raise InputError("--diverse takes at most one --launcher (one search); drop the others")
@@ -207,7 +210,7 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
         B, note = default_global_batch(seq, world, tokens)
     out = Outcome(targets, train_note=note, seq_note=seq_note)
     for t in targets:
-        prepare(t, model, hw, build_train(model, t, seq, B, precision, regime), space, space_explicit)
+        prepare(t, model, hw, build_train(model, t, seq, B, precision, regime, fp8_recipe), space, space_explicit)
         run_target(t, model, hw, world, method=method, top_k=top_k, headroom=headroom, trials=trials,
                    workers=workers, progress=progress, families=families)
     ranked = []
@@ -236,18 +239,20 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
             raise e
     if per_launcher and targets[0].launcher is None:
         out.best_per_launcher = best_per_launcher(model, hw, world, seq, B, precision, regime, space, space_explicit,
-                                                  headroom=headroom, trials=trials, workers=workers)
+                                                  headroom=headroom, trials=trials, workers=workers,
+                                                  runtime_set=runtime_set, fp8_recipe=fp8_recipe)
     return out
 
 
 def best_per_launcher(model, hw, world, seq, B, precision, regime, space, space_explicit, *, headroom, trials,
-                      workers) -> dict:
-    """Each training-stack launcher's own winner (its constrained search, under its runtime)."""
+                      workers, runtime_set=(), fp8_recipe: str = "") -> dict:
+    """Each training-stack launcher's own winner (its constrained search, under its runtime with the
+    --runtime-set settings)."""
     from autoplace.export.registry import STACKS
     out = {}
     for n in STACKS:
-        t = resolve_targets([n], None)[0]
-        prepare(t, model, hw, build_train(model, t, seq, B, precision, regime), space, space_explicit)
+        t = resolve_targets([n], None, runtime_set)[0]
+        prepare(t, model, hw, build_train(model, t, seq, B, precision, regime, fp8_recipe), space, space_explicit)
         run_target(t, model, hw, world, method="exhaustive", top_k=1, headroom=headroom, trials=trials,
                    workers=workers)
         if t.result is not None and t.result["plans"]:
