@@ -12,6 +12,7 @@ input embedding).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -265,6 +266,21 @@ def test_gpt_oss_published(tmp_path):
         assert (s.sliding_window, s.global_every, s.windowed_share) == (128, 2, 0.5)
         assert s.n_dense_layers == 0 and "swiglu_limit 7.0" in s.source
         assert s.pretrain_seq_len == 4096
+        # the clamp and YaRN's attention factor (no mscale keys: 0.1·ln 32 + 1) the runtimes price
+        assert s.glu_limit == 7.0 and s.rope_mscale == pytest.approx(1.3465735902799727, abs=1e-12)
+
+
+def test_yarn_attention_factor_is_read_as_transformers_computes_it(tmp_path):
+    """mscale = mscale_all_dim (DeepSeek-V3, Kimi K2) → 1; an explicit attention_factor wins; other
+    rope types → 1."""
+    assert _load(tmp_path, DSV3, "v3").rope_mscale == 1.0
+    assert _load(tmp_path, DSV2_LITE, "lite").rope_mscale == 1.0
+    rs = dict(GPT_OSS_20B["rope_scaling"], attention_factor=1.25)
+    assert _load(tmp_path, dict(GPT_OSS_20B, rope_scaling=rs), "af").rope_mscale == 1.25
+    rs = {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+    assert _load(tmp_path, dict(GPT_OSS_20B, rope_scaling=rs), "m").rope_mscale == pytest.approx(0.1 * math.log(4) + 1)
+    assert _load(tmp_path, dict(GPT_OSS_20B, rope_scaling={"rope_type": "linear", "factor": 8.0}), "lin").rope_mscale == 1.0
+    assert _load(tmp_path, {k: v for k, v in GPT_OSS_20B.items() if k != "swiglu_limit"}, "nolim").glu_limit == 0.0
 
 
 def test_gpt_oss_windows_from_family_pattern_without_layer_types(tmp_path):

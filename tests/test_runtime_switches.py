@@ -42,7 +42,7 @@ def test_a_switch_sets_every_key_it_implies_and_nothing_else():
     assert (raw.kernels.membound_kernels, raw.comm.dp_comm_sms) == (10, 16)
     assert settings_text(raw) == ["kernels.membound_kernels=10", "comm.dp_comm_sms=16"]
     assert apply_settings(rt, []) is rt
-    assert set(SWITCHES) == {"moe_dispatch", "cuda_graphs", "fp8_attention"}
+    assert set(SWITCHES) == {"moe_dispatch", "cuda_graphs", "fp8_attention", "moe_fused_mlp"}
     assert parse_setting("a.b = 1.5") == ("a.b", 1.5) and parse_setting("x=hybridep") == ("x", "hybridep")
 
 
@@ -200,7 +200,7 @@ def test_the_record_mapping_reads_the_same_switches():
         pytest.skip("modern validation file not available")
     r = next(x for x in load_records(recs) if x["id"] == "mbridge2606-gb300-qwen330ba3b-mxfp8-8gpu-gbs512")
     rt = map_shaped(r).train.rt
-    assert settings_text(rt) == ["cuda_graphs=true", "moe_dispatch=hybridep", "fp8_attention=true"]
+    assert settings_text(rt) == ["cuda_graphs=true", "moe_dispatch=hybridep", "fp8_attention=true", "moe_fused_mlp=true"]
     assert rt == apply_settings(load_runtime("megatron-core"), settings_text(rt))
 
 
@@ -250,3 +250,15 @@ def test_fp8_recipe_on_the_cli():
                             "--fp8-recipe", "mxfp8", "--launcher", "megatron", "--top-k", "1", "--json"])
     assert s.exit_code == 0, s.output
     assert json.loads(s.stdout)["plans"][0]["training"]["fp8_recipe"] == "mxfp8"
+
+
+def test_the_fused_moe_mlp_is_a_capability_and_a_flag():
+    """moe_fused_mlp writes Megatron-Core's TE op fuser flag for the MoE layers it priced; a stack
+    without TE's fused grouped MLP (Megatron-Core 0.11) refuses the switch in one line."""
+    text = megatron.emit(_job("qwen3-30b-a3b", "ep=8,zero=1,mbs=1", 64, "moe_fused_mlp=true"))["megatron_args.txt"]
+    assert "--use-transformer-engine-op-fuser" in text
+    plain = megatron.emit(_job("qwen3-30b-a3b", "ep=8,zero=1,mbs=1", 64))["megatron_args.txt"]
+    assert "--use-transformer-engine-op-fuser" not in plain
+    with pytest.raises(InputError) as e:
+        apply_settings(load_runtime("megatron-core-0.11"), ["moe_fused_mlp=true"])
+    assert "fused grouped MLP" in str(e.value) and "\n" not in str(e.value)

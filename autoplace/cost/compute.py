@@ -306,22 +306,66 @@ def layer_compute_times(ctx, hw, p):
     act = (3 if m.gated_mlp else 2) + kern.act_extra_passes * (1 if m.gated_mlp else 0)
     f_dense = m.ffn_hidden / tp
     act_bytes = T * act * bA * np.where(fm >= 1.0, 0.0, (1 - fm) * f_dense)
+    eager_f = eager_b = _w(0.0)                           # eager expert bias / GLU clamp bytes
+    eager_kf = eager_kb = _w(0.0)                         # … and their kernel launches
     if fm > 0:
         act_bytes = act_bytes + fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp)
         act_bytes = act_bytes + fm * T * m.top_k * h * bA * (kern.moe_permute_passes + kern.moe_token_passes)
         if m.shared_expert_ffn_hidden:
             act_bytes = act_bytes + fm * T * act * bA * m.shared_expert_ffn_hidden / tp
+        bf, bb, kf, kb = moe_eager_bytes(m, kern, bA, m.num_experts / _w(p.ep), _w(p.t_exp))
+        eager_f, eager_b = fm * T * bf, fm * T * bb
+        eager_kf, eager_kb = fm * kf, fm * kb
     rot = (m.heads * m.qk_rope_head_dim + m.qk_rope_head_dim) / tp if m.mla else \
         (m.q_width / tp + np.maximum(m.a_kv / tp, 1.0) * m.d_head)
-    rope = kern.rope_passes * T * rot * bA if m.position == "rope" else 0.0
+    unfused_rope = m.position == "rope" and m.rope_mscale != 1.0 and kern.rope_unfused_passes > 0
+    rope_p = kern.rope_unfused_passes if unfused_rope else kern.rope_passes
+    rope = rope_p * T * rot * bA if m.position == "rope" else 0.0
     qb = fmt.quant_bytes(bA) * (1 - share16)
     quant_f, quant_b = T * q_in * qb, T * q_out * qb
     n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
-    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f, n_k)
-    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b, n_k + 2)
+    if unfused_rope:
+        n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
+    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f, n_k + eager_kf)
+    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b, n_k + 2 + eager_kb)
     return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
             "mm_rc": mm_rc, "up_f": up_f, "quant": membound_time(hw, quant_f + quant_b, 0)}
+
+
+def moe_eager_bytes(m, kern, bA, n_local, etp=1.0):
+    """HBM bytes per token of one MoE layer's eager expert-bias and GLU-clamp work (forward,
+    backward) and their kernel launches (forward, backward), on one rank.
+
+    Expert FC2 bias, `kern.moe_bias_eager` (Megatron-Core `TEGroupedMLP._apply_bias`: per local
+    expert t + b·p, then cat and a cast back), per routed token × hidden element, p the routing
+    probabilities' bytes (fp32 under the flex dispatchers, else b_A): forward b·p (p), the add
+    (b_A + 2p), cat (2p), cast (p + b_A when p ≠ b_A); backward the cast back and the 16-bit grad
+    of t (2·(p + b_A) when p ≠ b_A) and the b and p gradients, g·p then a sum and g·b then a sum
+    (3p each). Kernels 2 per expert + 2 forward, 4 per expert + 2 backward.
+    GLU clamp, `kern.glu_clamp_eager` with `m.glu_limit`, per routed token × FC1 output element
+    (2·f_e): two clamps and a cat forward (4·b_A), clamp backward (read grad and input, write:
+    3·b_A) and the chunk's cat backward (2·b_A); 3 kernels each way. Neither under the TE op fuser
+    (`kern.moe_fused_mlp`) with expert TP 1."""
+    bf = bb = kf = kb = _w(0.0)
+    if not m.is_moe:
+        return bf, bb, kf, kb
+    k = m.top_k
+    # TE's op fuser takes over the expert MLP only with expert TP 1 (Megatron-Core falls back otherwise)
+    fused = kern.moe_fused_mlp & (_w(etp) <= 1)
+    if m.expert_bias and kern.moe_bias_eager:
+        pb = 4.0 if kern.moe_dispatch in ("deepep", "hybridep") else bA
+        cast = (pb + bA) if pb != bA else 0.0
+        on = np.where(fused, 0.0, 1.0)
+        bf = bf + on * k * m.hidden * (5.0 * pb + bA + cast)
+        bb = bb + on * k * m.hidden * (6.0 * pb + 2.0 * cast)
+        kf, kb = kf + on * (2.0 * n_local + 2.0), kb + on * (4.0 * n_local + 2.0)
+    if m.glu_limit and m.gated_mlp and kern.glu_clamp_eager:
+        on = np.where(fused, 0.0, 1.0)
+        e2 = k * 2.0 * m.f_expert / _w(etp)                # FC1 output elements per token
+        bf, bb = bf + on * e2 * 4.0 * bA, bb + on * e2 * 5.0 * bA
+        kf, kb = kf + on * 3.0, kb + on * 3.0
+    return bf, bb, kf, kb
 
 
 def head_compute_times(ctx, hw, p):

@@ -184,7 +184,8 @@ def activation_bytes_per_layer(ctx, p, mode=None):
       replicated under TP without SP (÷t with SP): LN1 in, QKV in, LN2 in, FC1 in (b_A·h each),
         two residual dropout masks (1·h each, if dropout);
       ÷t: Q (q/t) and O (q/t) at b_A, K and V at b_A·kv_loc (kv_loc = max(a_kv/t, 1)·d_h),
-        MLP internals: SwiGLU 3·b_A·f/t (gate, up, FC2 input), GeLU 2·b_A·f/t;
+        MLP internals: SwiGLU 3·b_A·f/t (gate, up, FC2 input), GeLU 2·b_A·f/t; an eager GLU clamp
+        (runtime `glu_clamp_eager`, model `glu_limit`) 2·b_A·f_e more per routed token;
       attention core: eager a·s·(b_A + (1 + b_A)·dropout)/t (softmax, mask, dropout output; 2 + 3·dropout
         at b_A = 2) plus GQA's K, V expanded to the a/t query heads, both dropped by selective
         recompute; flash 4·a/t (fp32 log-sum-exp per head per row).
@@ -220,6 +221,11 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         fe = m.f_expert / _w(p.t_exp)
         k = m.top_k
         mlp_moe = k * ((3 if m.gated_mlp else 2) * bA * fe + bA * h) + 4.0 * m.num_experts
+        kern = t.rt.kernels
+        if m.glu_limit and m.gated_mlp and kern.glu_clamp_eager:
+            # an eager GLU clamp keeps the FC1 output (its backward's input) and saves the clamped
+            # copy for the activation as well (cost.compute.moe_eager_bytes; not under TE's op fuser)
+            mlp_moe = mlp_moe + np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 0.0, k * 2 * bA * fe)
         mlp_dense = (3 if m.gated_mlp else 2) * bA * m.ffn_hidden / tp
         fm = m.n_moe_layers / m.layers
         mlp = fm * mlp_moe + (1 - fm) * mlp_dense

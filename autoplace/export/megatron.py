@@ -216,6 +216,8 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
                 f.append(("--overlap-moe-expert-parallel-comm", None))
         if rt.kernels.moe_grouped_gemm:       # the runtime's expert GEMMs (the cost model reads the same)
             f.append(("--moe-grouped-gemm", None))
+        if rt.kernels.moe_fused_mlp:          # switch moe_fused_mlp: TE's fused grouped MLP (MCore ≥ 0.18)
+            f.append(("--use-transformer-engine-op-fuser", None))
     # ---- data parallel / ZeRO -------------------------------------------------------------------
     if zero == 1:
         f.append(("--use-distributed-optimizer", None))

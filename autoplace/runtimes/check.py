@@ -61,6 +61,10 @@ def validate_runtime(rt) -> None:
     for k, _ in s.why:
         if k not in known:
             raise InputError(f"runtime {rt.name}: [supports] why has unknown key '{k}'; valid: {', '.join(WHY_KEYS)}")
+    if rt.kernels.moe_fused_mlp and not s.fused_moe_mlp:
+        raise InputError(f"runtime {rt.name}: moe_fused_mlp = true needs TE's fused grouped MLP, which this "
+                         "stack does not have (Megatron-Core ≥ 0.18 --use-transformer-engine-op-fuser); "
+                         "drop the setting or use --runtime megatron-core")
     if d.zero not in s.zero:
         raise InputError(f"runtime {rt.name}: [defaults] zero = {d.zero} is not in [supports] zero {list(s.zero)}")
     for name in pr.fp8_recipes:

@@ -49,6 +49,12 @@ class Kernels:
     rope_passes: float = 2.0
     """Passes per Q/K element of rotary embedding: fused read + write = 2; torchtitan's complex
     RoPE (float32 view_as_complex, multiply, type_as) ≈ 10."""
+    rope_unfused_passes: float = 0.0
+    """Passes per Q/K element when the rotary embedding carries a YaRN attention factor
+    (`ModelSpec.rope_mscale` ≠ 1) that the runtime's fused RoPE cannot apply, so it falls back to its
+    eager RoPE; 0: `rope_passes` hold for every model. Megatron-Core `_apply_rotary_pos_emb_bshd`
+    (t·cos, rotate-half's neg and cat, ·sin, add, cat with the pass-through part): 12 forward, ≈ 13
+    backward = 3 × 8.5 under the 1 : 2 forward/backward convention."""
     membound_kernels: int = 8
     """Memory-bound kernel launches per layer forward (norms, residual adds, activation, RoPE,
     casts; GEMMs and attention count their own); backward launches two more."""
@@ -77,6 +83,23 @@ class Kernels:
     """HBM passes per routed token-slot (× hidden) of the token permute/unpermute around the
     all-to-all: separate permute and unpermute kernels (each a read + write) 4; DeepEP / hybrid-EP
     kernels write and read the expert-ordered buffers themselves, 0."""
+    moe_bias_eager: bool = False
+    """An expert output (FC2) bias is added outside the grouped GEMM, one expert at a time in eager
+    PyTorch (Megatron-Core `TEGroupedMLP._apply_bias`: split, t + b·p per expert, cat, cast back —
+    in the routing probabilities' dtype, fp32 under the flex dispatchers). Off: the bias is fused
+    (TE op fuser) or the runtime's cost is not modelled. Only models with `expert_bias`."""
+    glu_clamp_eager: bool = False
+    """A clamped GLU (`ModelSpec.glu_limit`) clamps the expert FC1 output in eager PyTorch before
+    the fused activation: two clamps and a cat forward, their backward and the chunk's cat
+    backward, and the clamped copy saved for backward next to the FC1 output (Megatron-Core
+    `weighted_bias_quick_geglu_impl` / `weighted_bias_swiglu_impl` with
+    activation_func_clamp_value). Off: the clamp is fused into the activation kernel."""
+    moe_fused_mlp: bool = False
+    """Transformer Engine's op fuser runs the expert MLP (Megatron-Core ≥ 0.18
+    `--use-transformer-engine-op-fuser`; the Megatron-Bridge perf recipes' cutedsl fused grouped
+    MLP): biases and a clamped GLU inside TE's fused kernels, so `moe_bias_eager` and
+    `glu_clamp_eager` lapse — with expert TP 1 only (`TEGroupedMLP._is_fused_impl_supported` falls
+    back to the unfused module otherwise). Set it with the `moe_fused_mlp` switch."""
     cuda_graphs: bool = False
     """Whole-iteration or per-layer CUDA graphs: kernel launch overhead removed."""
     fp8_attention: bool = False
@@ -237,6 +260,9 @@ class Capabilities:
     ep_overlap: bool = False
     """EP all-to-all overlapped with another micro-batch's compute (Megatron-Core ≥ 0.14
     `overlap_moe_expert_parallel_comm`); the plan knob `ep_overlap`."""
+    fused_moe_mlp: bool = False
+    """TE's fused grouped MLP (bias and clamped GLU inside its kernels; Megatron-Core ≥ 0.18
+    `--use-transformer-engine-op-fuser`): what the `moe_fused_mlp` switch needs."""
     cp: bool = True
     """Ring context parallelism."""
     ep: bool = True

@@ -15,6 +15,10 @@ fact:
   cuda_graphs   true | false (also the Megatron `cuda_graph_impl` words: none → false,
                 local / transformer_engine / full_iteration → true)
   fp8_attention true | false (TE `fp8_dot_product_attention`: the attention core in FP8)
+  moe_fused_mlp true | false (Megatron-Core ≥ 0.18 `--use-transformer-engine-op-fuser`,
+                Megatron-Bridge `use_transformer_engine_op_fuser` / `cutedsl_fused_grouped_mlp`:
+                TE's fused grouped MLP adds the expert biases and applies a clamped GLU inside its
+                own kernels, so the eager bias and clamp passes go, with expert TP 1)
 
 Any other setting is a raw `section.key=value` over the runtime's exact keys (`kernels.
 membound_kernels=10`), type-checked like the file itself. Each applied setting is kept in
@@ -45,6 +49,7 @@ SWITCHES: dict[str, dict] = {
     },
     "cuda_graphs": {True: {"kernels.cuda_graphs": True}, False: {"kernels.cuda_graphs": False}},
     "fp8_attention": {True: {"kernels.fp8_attention": True}, False: {"kernels.fp8_attention": False}},
+    "moe_fused_mlp": {True: {"kernels.moe_fused_mlp": True}, False: {"kernels.moe_fused_mlp": False}},
 }
 _GRAPH_WORDS = {"none": False, "false": False, "off": False, "local": True, "transformer_engine": True,
                 "full_iteration": True, "true": True, "on": True}

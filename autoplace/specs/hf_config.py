@@ -22,7 +22,8 @@ the defaults of its transformers configuration class. Everything else comes from
   not by gradients: it has no gradient or optimizer state and is not counted (58 × 256 floats);
 * attention windows: `sliding_window` with `layer_types` (or the family's pattern: Gemma 2 and gpt-oss
   alternate, Gemma 3 `sliding_window_pattern`, Qwen only with `use_sliding_window`) → `sliding_window`,
-  `global_every`; gpt-oss's per-head sinks → `attn_sinks`, its expert/router biases → `expert_bias`.
+  `global_every`; gpt-oss's per-head sinks → `attn_sinks`, its expert/router biases → `expert_bias`,
+  its `swiglu_limit` → `glu_limit`.
 
 A field the file omits takes the family's transformers default (listed in `source`); a multimodal
 wrapper is read through its `text_config` (vision/audio towers are not counted), whose omitted fields
@@ -329,6 +330,33 @@ def _mla(r: _Reader, kw: dict, hidden: int, heads: int) -> None:
               head_dim=None if hidden % heads == 0 else kw["head_dim"])
 
 
+def _yarn_mscale(cfg: dict) -> float:
+    """YaRN attention factor of rope_scaling / rope_parameters (transformers `_compute_yarn_parameters`):
+    `attention_factor` if given, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    when both are given, else get_mscale(factor) = 0.1·ln(factor) + 1; 1 for other rope types."""
+    import math
+
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    for key in ("rope_parameters", "rope_scaling"):
+        v = cfg.get(key)
+        if not isinstance(v, dict) or str(v.get("rope_type") or v.get("type") or "").lower() != "yarn":
+            continue
+        if num(v.get("attention_factor")) and v["attention_factor"] > 0:
+            return float(v["attention_factor"])
+        f = v.get("factor")
+        if not num(f):
+            return 1.0
+        if num(v.get("mscale")) and num(v.get("mscale_all_dim")) and v["mscale_all_dim"]:
+            return get_mscale(f, v["mscale"]) / get_mscale(f, v["mscale_all_dim"])
+        return get_mscale(f)
+    return 1.0
+
+
 def _rope_theta(cfg: dict) -> float | None:
     """rope_theta (transformers v4), rope_parameters.rope_theta (v5), rotary_emb_base (GPT-NeoX)."""
     for key in ("rope_parameters", "rope_scaling"):
@@ -391,6 +419,10 @@ def load_hf_config(path) -> ModelSpec:
     theta = _rope_theta(cfg)
     if theta:
         kw["rope_theta"] = theta
+    ms = _yarn_mscale(cfg)
+    if abs(ms - 1.0) > 1e-9:
+        kw["rope_mscale"] = ms
+        notes.append(f"YaRN attention factor {ms:.4g}")
     if fam.names == "gpt2":
         _, ffn = r.opt("ffn", 4 * hidden)
         kw["ffn_hidden"] = ffn
@@ -423,8 +455,12 @@ def load_hf_config(path) -> ModelSpec:
             notes.append("parallel residual")
     if fam.head_bias:
         notes.append(f"approximate: the lm_head bias ({vocab} parameters) is not counted")
-    if activation == "silu" and "swiglu_limit" in cfg:
-        notes.append(f"clamped SwiGLU (swiglu_limit {cfg['swiglu_limit']})")
+    lim = cfg.get("swiglu_limit")
+    if lim is not None and fam.gated:
+        if isinstance(lim, bool) or not isinstance(lim, (int, float)) or not lim >= 0:
+            raise r.fail(f"'swiglu_limit'={lim!r} must be a non-negative number; fix it or drop it")
+        kw["glu_limit"] = float(lim)
+        notes.append(f"clamped SwiGLU (swiglu_limit {lim})")
     if r.defaults_used:
         cite = fam.cite.rsplit("/", 1)[-1]
         notes.append(f"transformers defaults ({cite}): "

@@ -59,6 +59,8 @@ class ModelSpec:
                                           # Gemma 3 6); 0 → every layer windowed
     attn_sinks: bool = False              # a learned sink logit per head (gpt-oss): `heads` parameters per layer
     expert_bias: bool = False             # biases on expert and router matrices (gpt-oss)
+    glu_limit: float = 0.0                # clamped GLU: gate ≤ limit, up in [−limit, limit] before the
+                                          # activation (gpt-oss `swiglu_limit` 7.0); 0: no clamp
     mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3: 1): one more
                                           # transformer layer + projection + norms each, sharing embedding and head
     norms_per_layer: int = 2
@@ -69,6 +71,11 @@ class ModelSpec:
     `attn_params`."""
     rope_theta: float = 10000.0
     """RoPE base θ (HF `rope_theta`; Megatron `--rotary-base`). No effect on counts or cost."""
+    rope_mscale: float = 1.0
+    """YaRN attention factor scaling cos/sin (Peng et al. 2023 §3.4): 0.1·ln(factor) + 1 when the
+    config gives no mscale (gpt-oss: factor 32 → 1.347), mscale/mscale_all_dim ratio otherwise
+    (DeepSeek-V3, Kimi K2: 1). Not 1: Megatron-Core's fused RoPE (TE) cannot apply it and the
+    runtime's unfused RoPE runs (`Kernels.rope_unfused_passes`)."""
     # A bare parameter count (`--params`): model-states-only analysis, no shape.
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)
@@ -117,6 +124,15 @@ class ModelSpec:
         if mla_dims and not self.kv_lora_rank:
             raise InputError(f"model.{mla_dims[0]} is a multi-head latent attention width; set "
                              "kv_lora_rank > 0 (MLA) or leave it 0")
+        if isinstance(self.rope_mscale, bool) or not isinstance(self.rope_mscale, (int, float)) \
+                or not self.rope_mscale > 0:
+            raise InputError(f"model.rope_mscale must be a positive number (1: no YaRN scale), got {self.rope_mscale!r}")
+        if isinstance(self.glu_limit, bool) or not isinstance(self.glu_limit, (int, float)) \
+                or not self.glu_limit >= 0:
+            raise InputError(f"model.glu_limit must be a non-negative number (0: no clamp), got {self.glu_limit!r}")
+        if self.glu_limit and not self.gated_mlp:
+            raise InputError(f"model.glu_limit={self.glu_limit} clamps a gated MLP's gate and up "
+                             "projections; set gated_mlp=true or glu_limit=0")
         if self.global_every and not self.sliding_window:
             raise InputError(f"model.global_every={self.global_every} needs sliding_window > 0 "
                              "(the window of the other layers)")

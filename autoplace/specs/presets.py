@@ -22,6 +22,8 @@ Naming: `70b` is **Llama-2-70B** (vocab 32,000); Llama-3 sizes carry a `llama3-`
 
 from __future__ import annotations
 
+import math
+
 from autoplace.errors import InputError
 from autoplace.specs.model import ModelSpec
 
@@ -180,6 +182,7 @@ _add("qwen3-235b-a22b", _llama(
     where="Qwen/Qwen3-235B-A22B config.json; " + _QWEN3),
     "Qwen3-235B-A22B (128 experts top-8, no shared expert, per-head q/k RMSNorm): HF "
     "Qwen/Qwen3-235B-A22B config.json; 235,093,634,560 params, 22,190,763,520 active (\"A22B\")")
+_YARN32 = 0.1 * math.log(32.0) + 1.0   # YaRN attention factor, factor 32, no mscale (transformers get_mscale)
 for _key, _name, _l, _e, _tot, _act in [("gpt-oss-120b", "gpt-oss-120b", 36, 128, "116,829,156,672",
                                           "116.83B total, 5.13B active"),
                                          ("gpt-oss-20b", "gpt-oss-20b", 24, 32, "20,914,757,184",
@@ -187,7 +190,7 @@ for _key, _name, _l, _e, _tot, _act in [("gpt-oss-120b", "gpt-oss-120b", 36, 128
     _add(_key, _llama(
         _key, _name, layers=_l, hidden=2880, heads=64, kv_heads=8, ffn=2880, vocab=201088,
         max_seq_len=131072, head_dim=64, attn_bias=True, num_experts=_e, top_k=4, expert_bias=True,
-        attn_sinks=True, sliding_window=128, global_every=2, pretrain_seq_len=4096,
+        glu_limit=7.0, rope_mscale=_YARN32, attn_sinks=True, sliding_window=128, global_every=2, pretrain_seq_len=4096,
         where=f"openai/{_key} config.json; initial_context_length 4096"),
         f"{_name} ({_e} experts top-4 with biases, clamped SwiGLU, attention biases and sinks, 128-token "
         f"windows on every other layer): HF openai/{_key} config.json; {_tot} params (model card: "

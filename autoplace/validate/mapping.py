@@ -156,6 +156,8 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
         sets.append(("moe_dispatch", "hybridep" if disp == "hybridep" else "deepep"))
     if knobs.get("fp8_dot_product_attention") is True:
         sets.append(("fp8_attention", True))
+    if knobs.get("cutedsl_fused_grouped_mlp") is True or knobs.get("use_transformer_engine_op_fuser") is True:
+        sets.append(("moe_fused_mlp", True))
     if re.search(r"flexattn|flex attention|flexattention", text):
         sets.append(("kernels.attention", "flex"))
     _, bench_comm, bench_why = benchmark_overrides(text, rt.name)

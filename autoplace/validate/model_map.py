@@ -158,7 +158,7 @@ def map_model(rec: dict, assumptions: list) -> ModelSpec:
 
 _FILL = ("expert_ffn_hidden", "shared_expert_ffn_hidden", "dense_layer_ids", "qk_norm",
          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "head_dim",
-         "sliding_window", "global_every", "attn_sinks", "expert_bias", "mtp_layers")
+         "sliding_window", "global_every", "attn_sinks", "expert_bias", "glu_limit", "rope_mscale", "mtp_layers")
 
 
 def _fill_from_preset(base: dict, m: dict, notes: str, assumptions: list) -> None:
@@ -222,6 +222,8 @@ def _choose(base: dict, notes: str, params_b: float | None, assumptions: list) -
         kw = {**base, **style, "gated_mlp": gated, "tied_embeddings": tied, "attn_bias": bias, "mlp_bias": bias}
         if "activation" in stated:
             kw["activation"] = stated["activation"]
+        if not gated:
+            kw["glu_limit"] = 0.0              # a plain-MLP reading has no GLU to clamp
         try:
             spec = ModelSpec(**kw)
         except AutoplaceError as e:

@@ -1,0 +1,118 @@
+"""Megatron-Core's eager work around a gpt-oss-style MoE layer, counted from its code
+(`cost.compute.moe_eager_bytes`, `Kernels.rope_unfused_passes`): the FC2 expert bias added per
+expert in PyTorch, the GLU clamp before the fused activation, the unfused RoPE a YaRN attention
+factor forces — and exactly the terms a change of runtime or the `moe_fused_mlp` switch moves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autoplace.cost import compute as K
+from autoplace.cost import memory as Mm
+from autoplace.estimate import estimate
+from autoplace.placement.rules import Ctx
+from autoplace.plan import parse_plan
+from autoplace.runtimes import load_runtime, training_spec
+from autoplace.runtimes.switches import apply_settings
+from autoplace.specs.hardware import load_hardware
+from autoplace.specs.presets import get_preset
+
+OSS = get_preset("gpt-oss-120b")     # hidden 2880, 128 experts × 2880 top-4, biases, swiglu_limit 7
+H, K4, F2 = 2880, 4, 2 * 2880
+
+
+def _kern(name="megatron-core", *sets):
+    return apply_settings(load_runtime(name), sets).kernels
+
+
+def test_expert_bias_and_clamp_bytes_as_counted_from_the_code():
+    """Per token of one MoE layer at b_A = 2, 16 local experts. FC2 bias per routed token × hidden
+    element: fp32 probabilities (flex dispatchers) 28 B forward (b·p 4, add 2 + 4 + 4, cat 8, cast
+    6) and 36 B backward (casts 12, b and p gradients 12 each); 16-bit probabilities (alltoall)
+    12 and 12. Clamp per FC1 output element: 8 B forward, 10 B backward."""
+    clamp_f, clamp_b = K4 * F2 * 8, K4 * F2 * 10
+    fp32 = K.moe_eager_bytes(OSS, _kern("megatron-core", "moe_dispatch=hybridep"), 2.0, 16)
+    assert fp32 == (K4 * H * 28 + clamp_f, K4 * H * 36 + clamp_b, 2 * 16 + 2 + 3, 4 * 16 + 2 + 3)
+    assert fp32[:2] == (506_880, 645_120)
+    bf16 = K.moe_eager_bytes(OSS, _kern("megatron-core"), 2.0, 16)
+    assert bf16[:2] == (K4 * H * 12 + clamp_f, K4 * H * 12 + clamp_b) == (322_560, 368_640)
+
+
+def test_the_fused_mlp_switch_removes_them_with_expert_tp_1_only():
+    fused = _kern("megatron-core", "moe_dispatch=hybridep", "moe_fused_mlp=true")
+    assert [float(x) for x in K.moe_eager_bytes(OSS, fused, 2.0, 16)] == [0.0, 0.0, 0.0, 0.0]
+    # expert TP 2: Megatron-Core falls back to the unfused module (clamp width halves per rank)
+    etp2 = K.moe_eager_bytes(OSS, fused, 2.0, 16, etp=2)
+    assert [float(x) for x in etp2] == [K4 * H * 28 + K4 * H * 8, K4 * H * 36 + K4 * H * 10, 37.0, 69.0]
+
+
+@pytest.mark.parametrize("name", ["torchtitan", "torchtitan-compile", "nemo-automodel", "deepspeed",
+                                  "llm-foundry", "accelerate", "torch-native"])
+def test_other_runtimes_state_no_such_work(name):
+    assert [float(x) for x in K.moe_eager_bytes(OSS, _kern(name), 2.0, 16)] == [0.0, 0.0, 0.0, 0.0]
+
+
+def _layer(model, rt, plan="ep=8,zero=1,mbs=4", world=8):
+    t = training_spec(rt, seq_len=4096, global_batch=64, precision="bf16")
+    ctx = Ctx(model, t, world)
+    p = parse_plan(plan)
+    return K.layer_compute_times(ctx, load_hardware("b200"), p), Mm.activation_bytes_per_layer(ctx, p, 0)
+
+
+def test_a_model_without_expert_bias_or_clamp_is_untouched():
+    qwen = get_preset("qwen3-30b-a3b")
+    assert not qwen.expert_bias and not qwen.glu_limit and qwen.rope_mscale == 1.0
+    rt = load_runtime("megatron-core")
+    (a, ma), (b, mb) = _layer(qwen, rt), _layer(qwen, apply_settings(rt, ["moe_fused_mlp=true"]))
+    assert all(float(a[k]) == float(b[k]) for k in a) and float(ma) == float(mb)
+
+
+def test_fused_mlp_moves_elementwise_time_and_the_clamped_copy_only():
+    rt = load_runtime("megatron-core")
+    (a, ma), (b, mb) = _layer(OSS, rt), _layer(OSS, apply_settings(rt, ["moe_fused_mlp=true"]))
+    moved = {"elem_f", "elem_b"}
+    assert all(float(a[k]) == float(b[k]) for k in set(a) - moved)
+    assert all(float(a[k]) > float(b[k]) for k in moved)
+    hw = load_hardware("b200")
+    T = 4 * 4096
+    bf, bb, kf, kb = K.moe_eager_bytes(OSS, rt.kernels, 2.0, 128 / 8)
+    assert float(a["elem_f"] - b["elem_f"]) == pytest.approx(
+        float(K.membound_time(hw, T * bf, kf)), rel=1e-12)
+    assert float(a["elem_b"] - b["elem_b"]) == pytest.approx(
+        float(K.membound_time(hw, T * bb, kb)), rel=1e-12)
+    # the clamp keeps the FC1 output and saves its clamped copy: 2·b_A·f_e per routed token
+    assert float(ma - mb) == T * K4 * 2 * 2 * 2880
+
+
+def test_yarn_attention_factor_takes_megatron_off_its_fused_rope():
+    """TE's fused RoPE has no mscale: with gpt-oss's 1.347 Megatron-Core runs the unfused RoPE (8.5
+    passes under the 1 : 2 convention, 10 launches); torchtitan's RoPE is the same either way."""
+    plain = replace(OSS, rope_mscale=1.0)
+    for name, passes in (("megatron-core", 8.5), ("torchtitan", None)):
+        rt = load_runtime(name)
+        (a, _), (b, _) = _layer(OSS, rt), _layer(plain, rt)
+        if passes is None:
+            assert float(a["elem_f"]) == float(b["elem_f"]) and float(a["elem_b"]) == float(b["elem_b"])
+            continue
+        hw = load_hardware("b200")
+        T, rot = 4 * 4096, OSS.q_width + OSS.a_kv * OSS.d_head
+        extra = (passes - rt.kernels.rope_passes) * T * rot * 2
+        assert float(a["elem_f"] - b["elem_f"]) == pytest.approx(extra / (hw.hbm_bw * hw.hbm_efficiency)
+                                                                + 10 * hw.kernel_overhead_s, rel=1e-12)
+        assert float(a["gemm_f"]) == float(b["gemm_f"]) and float(a["attn_f"]) == float(b["attn_f"])
+
+
+def test_estimate_prices_them_and_the_megatron_export_writes_the_fuser():
+    hw = load_hardware("b200")
+    rt = load_runtime("megatron-core")
+    m = get_preset("gpt-oss-20b")
+
+    def est(r):
+        t = training_spec(r, seq_len=4096, global_batch=64, precision="bf16")
+        return estimate(m, hw, t, parse_plan("ep=8,zero=1,mbs=2"), 8)
+    eager, fused = est(rt), est(apply_settings(rt, ["moe_fused_mlp=true"]))
+    assert fused["time"]["breakdown_s"]["compute"] < eager["time"]["breakdown_s"]["compute"]
+    assert fused["memory"]["peak_bytes"] < eager["memory"]["peak_bytes"]
+    assert fused["training"]["runtime_set"] == ["moe_fused_mlp=true"]
