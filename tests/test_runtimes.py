@@ -225,3 +225,21 @@ def test_automodel_moe_keeps_parameters_gathered_and_uses_te_attention():
     assert am.defaults.reshard_after_forward and am.defaults.moe_reshard_after_forward is False
     assert am.kernels.attention == "cudnn"
     assert am.defaults.pp_flush_per_local_batch and not BASE.defaults.pp_flush_per_local_batch
+
+
+def test_automodel_keeps_bf16_parameters_and_adam_moments():
+    """NeMo AutoModel builds the model in torch_dtype "auto" → bfloat16 (_transformers/auto_model.py
+    from_config) and torch.optim.Adam keeps its moments in the parameter dtype: 2 + 2 + 4 B/param
+    (regime pure-bf16), where torchtitan's fp32 sharded parameters are the master (2 + 2 + 12)."""
+    am, tt = load_runtime("nemo-automodel"), load_runtime("torchtitan")
+    assert am.defaults.regime == "pure-bf16" and tt.defaults.regime == "zero"
+    plan = Plan(dp=8, zero=3, recompute="full", mbs=1).resolved(8)
+    mem = {}
+    for rt in (am, tt):
+        train = training_spec(rt, seq_len=4096, global_batch=64)
+        mem[rt.name] = {k: _f(v) for k, v in M.stage_memory(Ctx(MODEL, train, 8), HW, plan, 0).items()}
+    a, t = mem["nemo-automodel"], mem["torchtitan"]
+    psi = MODEL.total_params()
+    assert a["optimizer"] == pytest.approx(4.0 * psi / 8, rel=1e-9)      # bf16 m, v, sharded over 8
+    assert t["optimizer"] == pytest.approx(12.0 * psi / 8, rel=1e-9)     # fp32 master + m + v
+    assert a["params"] == pytest.approx(t["params"], rel=1e-12)
