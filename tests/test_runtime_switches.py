@@ -216,7 +216,15 @@ def test_search_offers_ep_overlap_where_the_runtime_runs_it():
     r = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "-n", "16", "--precision", "fp8", "--launcher",
                             "megatron", "--top-k", "1", "--json"])
     best = json.loads(r.stdout)["plans"][0]
-    assert best["plan"]["ep_overlap"] is True and best["time"]["breakdown_s"]["ep_comm"] == 0.0
+    assert best["plan"]["ep_overlap"] is True
+    # only the first forward and the last backward of the m micro-batches run without a partner
+    # (combined 1F1B, pp = 1): with the all-to-all dispatcher (no SMs held) their all-to-all is
+    # all that stays exposed, 1/m of the non-overlapped time
+    job = _job("qwen3-30b-a3b", "ep=8,zero=1,mbs=1", 16, precision="fp8", recipe="current")
+    on = estimate(job.model, job.hw, job.train, job.plan.with_(ep_overlap=True), 16)["time"]
+    off = estimate(job.model, job.hw, job.train, job.plan, 16)["time"]
+    assert on["micro_batches"] == 256 / 16
+    assert on["breakdown_s"]["ep_comm"] == pytest.approx(off["breakdown_s"]["ep_comm"] / on["micro_batches"], rel=1e-9)
     r = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "-n", "16", "--precision", "fp8", "--launcher",
                             "torchtitan", "--top-k", "3", "--json"])
     assert all(p["plan"]["ep_overlap"] is False for p in json.loads(r.stdout)["plans"])
@@ -262,3 +270,16 @@ def test_the_fused_moe_mlp_is_a_capability_and_a_flag():
     with pytest.raises(InputError) as e:
         apply_settings(load_runtime("megatron-core-0.11"), ["moe_fused_mlp=true"])
     assert "fused grouped MLP" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_ep_overlap_leaves_the_unpaired_chunks_exposed():
+    """Megatron-Core's combined 1F1B pairs a forward chunk with another micro-batch's backward chunk;
+    the warm-up forwards and cool-down backwards run alone: 1 of m without pipelining, and on
+    pipeline rank r of the interleaved schedule w = 2(p − r − 1) + (v − 1)·G + 1 of m·v chunks."""
+    from autoplace.cost.step import ep_unpaired_share
+    assert ep_unpaired_share(parse_plan("ep=8,mbs=1,dp=8"), 40, 0) == pytest.approx(1 / 5)
+    p = parse_plan("pp=4,vpp=2,ep=8,mbs=1,dp=2")                  # G = pp = 4; m = 16 / 2 = 8
+    assert ep_unpaired_share(p, 16, 0) == pytest.approx((2 * 3 + 1 * 4 + 1) / 16)
+    assert ep_unpaired_share(p, 16, 3) == pytest.approx((0 + 4 + 1) / 16)
+    assert ep_unpaired_share(p.with_(vpp_group=2), 16, 3) == pytest.approx((0 + 2 + 1) / 16)
+    assert ep_unpaired_share(p, 4, 0) == 1.0                       # every chunk in warm-up

@@ -243,3 +243,36 @@ def test_automodel_keeps_bf16_parameters_and_adam_moments():
     assert a["optimizer"] == pytest.approx(4.0 * psi / 8, rel=1e-9)      # bf16 m, v, sharded over 8
     assert t["optimizer"] == pytest.approx(12.0 * psi / 8, rel=1e-9)     # fp32 master + m + v
     assert a["params"] == pytest.approx(t["params"], rel=1e-12)
+
+
+def test_torch_pipelining_leaves_the_stage_reduce_scatter_exposed():
+    """comm.pp_reduce_exposed (torch.distributed.pipelining's REDUCE_GRAD after a stage's last
+    backward, the compute stream ordered past the reduce-scatters): with pp > 1 the sharded
+    gradients' reduce-scatter is exposed whole; without pipelining FSDP's backward hooks still hide
+    it, and a runtime whose reductions come from backward hooks keeps hiding it under pp."""
+    tt = load_runtime("torchtitan")
+    assert tt.comm.pp_reduce_exposed and load_runtime("nemo-automodel").comm.pp_reduce_exposed
+    assert not BASE.comm.pp_reduce_exposed
+    hooks = replace(tt, comm=replace(tt.comm, pp_reduce_exposed=False))
+    world, hw = 64, HW
+    out = {}
+    for r in (tt, hooks):
+        t = training_spec(r, seq_len=4096, global_batch=64, regime="zero", grad_reduce_bytes=4)
+        ctx = Ctx(MODEL, t, world)
+        for pp in (1, 2):
+            p = Plan(pp=pp, dp=world // pp, zero=3, reshard_after_forward=False, mbs=1).resolved(world)
+            ev = S.evaluate(ctx, hw, p)
+            out[r.comm.pp_reduce_exposed, pp] = (_f(ev["dp_comm_exposed"]), ctx, p)
+    assert out[True, 1][0] == pytest.approx(out[False, 1][0], rel=1e-12)      # no pipeline: hooks
+    exposed, ctx, p = out[True, 2]
+    hidden = out[False, 2][0]
+    assert exposed > hidden
+    # the difference is the reduction's hidden part: c − hidden_tail(c, window) for the K1 reduce
+    # (one reduce-scatter per schedule after the last backward), on the binding (first/last) stage
+    from autoplace.cost import network as N
+    st = N.axis_strides(p)
+    nd, _ = M.shard_groups(ctx, p)
+    c = max(_f(N.gather_time(hw, M.collective_params_rank(ctx, p, i) * ctx.train.b_G_reduce, nd, st["cp"],
+                             M.layers_on_stage(ctx, p, i) + 1.0, op="rs")) for i in (0, 1))
+    assert exposed - hidden <= c * (1 + 1e-9)
+    assert exposed - hidden >= 0.5 * c

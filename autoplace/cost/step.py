@@ -98,8 +98,8 @@ def stage_times(ctx, hw, p):
     ovl_ep = _w(getattr(p, "ep_overlap", False)) > 0
     sm_share = ctx.train.rt.comm.ep_comm_sms / max(hw.sm_count, 1)
     ep_tot_f, ep_tot_b = ep_f, ep_b
-    ep_f = np.where(ovl_ep, sm_share * ep_tot_f + np.maximum(ep_tot_f - comp_b, 0.0), ep_tot_f)
-    ep_b = np.where(ovl_ep, sm_share * ep_tot_b + np.maximum(ep_tot_b - comp_f, 0.0), ep_tot_b)
+    ep_ovl_f = sm_share * ep_tot_f + np.maximum(ep_tot_f - comp_b, 0.0)
+    ep_ovl_b = sm_share * ep_tot_b + np.maximum(ep_tot_b - comp_f, 0.0)
     # recompute per layer: full → forward again (with its TP collectives); selective → attention core
     rc = _w(p.rc)
     rc_full = comp_f
@@ -121,6 +121,10 @@ def stage_times(ctx, hw, p):
 
     def one(first, last, idx):
         Li = Mm.layers_on_stage(ctx, p, 0) if not split else _w(float(split[min(idx, len(split) - 1)]))
+        # chunks with no partner in the combined 1F1B schedule keep their all-to-all exposed
+        u = ep_unpaired_share(p, ctx.train.global_batch, np.where(last, _w(p.pp) - 1, idx))
+        ep_f = np.where(ovl_ep, (1.0 - u) * ep_ovl_f + u * ep_tot_f, ep_tot_f)
+        ep_b = np.where(ovl_ep, (1.0 - u) * ep_ovl_b + u * ep_tot_b, ep_tot_b)
         if srec:
             rl = _w(srec[min(idx, len(srec) - 1)])
         else:
@@ -167,6 +171,24 @@ def stage_times(ctx, hw, p):
     else:
         out["middle"] = one(False, False, 1)
     return out, lt, ht
+
+
+def ep_unpaired_share(p, global_batch, rank):
+    """Share of a stage's micro-batch chunks whose EP all-to-all has no partner to hide under.
+
+    Megatron-Core's EP A2A overlap (`overlap_moe_expert_parallel_comm`) runs a forward chunk of one
+    micro-batch together with a backward chunk of another (combined 1F1B), so the warm-up forwards
+    and the cool-down backwards run alone: without pipelining the first forward and the last
+    backward of m (pipeline_parallel/combined_1f1b.py, `combined_1f1b_schedule_for_no_pipelining`);
+    with the interleaved schedule, on pipeline rank r, w = 2(p − r − 1) + (v − 1)·G + 1 of the m·v
+    chunks each way (schedules.py `get_pp_rank_microbatches`: one extra warm-up forward under the
+    overlap). Returns w / (m·v), at most 1."""
+    m = np.maximum(micro_batches(p, global_batch), 1.0)
+    pp = _w(p.pp)
+    v = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)
+    G = np.where(_w(p.vpp_group) > 0, _w(p.vpp_group), pp)
+    warm = np.where(pp > 1, 2.0 * (pp - _w(rank) - 1.0) + (v - 1.0) * G + 1.0, 1.0)
+    return np.minimum(warm / (m * v), 1.0)
 
 
 def hidden_tail(c, window, L, sm_share=0.0):
@@ -268,6 +290,9 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
+    # sharded-gradient reductions issued after a pipeline stage's last backward (torch pipelining's
+    # REDUCE_GRAD, RuntimeSpec comm.pp_reduce_exposed) have no backward left to hide under
+    win_rs = np.where((_w(p.pp) > 1) & bool(t.rt.comm.pp_reduce_exposed), 0.0, win_b)
     Li = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0)
     # A CPU "device" computes on the thread that issues the collectives: a gather issued at a
     # module's pre-forward/pre-backward hook cannot run ahead of it (GPU prefetch comes from the host
@@ -280,15 +305,16 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     ex1 = hidden_tail(rsG + inter, win_b, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
     tot1 = rsG + inter + agP
     # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-    ex2 = m * hidden_tail(rsG + inter, win_b, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
+    ex2 = m * hidden_tail(rsG + inter, win_rs, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
     tot2 = m * (rsG + inter) + agP
     # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
     # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
     # previous layer's RS, and its backward waits for both: backward collectives do not overlap
     # (torch PR #70235: FSDP1 backward_prefetch=None, `NO_PREFETCH`)
     pf_b = _w(getattr(p, "bwd_prefetch", True)) > 0
-    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_b, Li, sms), agP + rsG + inter) if sync_dev else \
-        np.where(pf_b, hidden_tail(agP + rsG + inter, win_b, Li, sms), agP + rsG + inter)
+    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_rs, Li, sms), agP + rsG + inter) if sync_dev else \
+        np.where(pf_b, np.where(win_rs < win_b, hidden_tail(agP, win_b, Li, sms) + rsG + inter,
+                                hidden_tail(agP + rsG + inter, win_b, Li, sms)), agP + rsG + inter)
     ex3 = m * (hidden_tail(agP, win_f_ag, Li, sms) + bwd3)
     tot3 = m * (2 * agP + rsG + inter)
     # fetch_sync (DeepSpeed ZeRO-3 as released in 2021): four gathers and reduce-scatters per layer, gathers
@@ -306,13 +332,13 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
         exS = m * (Li * (fe + be) + 2.0 * Al * u[0] + rsS + inter)   # + each pass's first gather
         ex3 = np.where(fsync, exS, ex3)
         tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
-    exh = m * (hidden_tail(agP, win_f_ag, Li, sms) + hidden_tail(rsG + inter, win_b, Li, sms))
+    exh = m * (hidden_tail(agP, win_f_ag, Li, sms) + hidden_tail(rsG + inter, win_rs, Li, sms))
     toth = m * (agP + rsG + inter)
     # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last
     # backward — once per pipeline schedule when the step runs f of them (plan.pp_flushes)
     fl = np.where(_w(p.pp) > 1, np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0)), 1.0)
     n_ag = np.where(pm == 1, m + fl, fl)
-    exk = fl * hidden_tail(rsGr + inter, win_b, Li, sms) \
+    exk = fl * hidden_tail(rsGr + inter, win_rs, Li, sms) \
         + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP * (1.0 / Li + sms * (1.0 - 1.0 / Li))), fl * hidden_tail(agP, win_f_ag, Li, sms))
     totk = fl * (rsGr + inter) + n_ag * agP
     if t.rt.comm.fsdp_copies:

@@ -148,6 +148,14 @@ class CommBehaviour:
     2·b_P bytes per parameter per gather and b_G + b_G,reduce per reduction, full unit size
     (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). FSDP1 and Megatron's
     distributed optimizer gather into flat buffers the parameters are views of: no copies."""
+    pp_reduce_exposed: bool = False
+    """Under pipeline parallelism the gradient reduction of a stage is issued after its last
+    backward and the compute stream waits for it: torch.distributed.pipelining schedules a
+    REDUCE_GRAD action after a stage's last backward, which runs FSDP2's post-backward for every
+    parameter group and orders the compute stream past each reduce-scatter
+    (`_PipelineStageBase.perform_reduce_grad` → `_root_post_backward_final_callback`), so with
+    pp > 1 the reduce-scatter does not hide under the backward layer by layer. False: the
+    reductions are issued from per-module backward hooks (FSDP/ZeRO/Megatron DDP buckets)."""
     ep_comm_sms: int = 0
     """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
     Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
