@@ -17,9 +17,9 @@ from autoplace.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full", "block")      # rc codes 0..3
 # Megatron-Core --recompute-modules (recompute=selective) the cost model prices; Megatron's others
-# (moe_act, layernorm, mlp, moe, shared_experts) are refused with that reason
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj")
-MEGATRON_RECOMPUTE_MODULES = RECOMPUTE_MODULES + ("moe_act", "layernorm", "mlp", "moe", "shared_experts")
+# (moe, shared_experts) are refused with that reason
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
+MEGATRON_RECOMPUTE_MODULES = RECOMPUTE_MODULES + ("moe", "shared_experts")
 
 
 def modules_code(mods) -> int:
@@ -37,6 +37,13 @@ def module_flags(p):
     import numpy as np
     c = np.asarray(getattr(p, "rc_mods", 0), dtype=np.int64)
     return c > 0, (c & 1) > 0, (c & 2) > 0
+
+
+def module_on(p, name: str):
+    """Whether --recompute-modules lists `name` (a RECOMPUTE_MODULES entry), for a Plan or a batch."""
+    import numpy as np
+    c = np.asarray(getattr(p, "rc_mods", 0), dtype=np.int64)
+    return (c >> RECOMPUTE_MODULES.index(name) & 1) > 0
 SCHEDULES = ("1f1b", "interleaved", "gpipe")            # sched codes 0..2
 OFFLOAD = ("none", "optimizer", "grads", "params")      # off codes 0..3 (each implies the ones before)
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "pp-dp-cp-tp")          # order codes 0 (Megatron), 1 (torchtitan)
@@ -100,7 +107,9 @@ class Plan:
     recompute_modules: tuple = ()
     """recompute=selective: the modules recomputed in backward (Megatron-Core `--recompute-modules`):
     `core_attn` (the attention core, Megatron's default), `mla_up_proj` (MLA's q/kv up-projections:
-    the per-head Q, K, V are not kept, the latents are). () → the runtime's selective policy."""
+    the per-head Q, K, V are not kept, the latents are), `layernorm` (the two pre-norms: their
+    outputs are not kept), `moe_act` (the expert activation: the FC2 input is not kept), `mlp` (the
+    dense layers' MLP: only its input is kept). () → the runtime's selective policy."""
     offload: str = "none"
     """Host offload: none | optimizer | grads (+ optimizer) | params (+ grads + optimizer)."""
     offload_fraction: float = 1.0

@@ -1,10 +1,12 @@
 """Render the 2024–2026 validation set (modern_runs.json) as markdown for the README.
 
-    python benchmarks/modern_table.py [--records ../shared/validation/modern_runs.json]
+    python benchmarks/modern_table.py [--records ../shared/validation/modern_runs.json] [--worst N]
 
 Prints the issue-11 targets, a per-source summary and one row per record: the runtime the mapping
 picked (from the record's framework and release), the plan as mapped, measured and predicted
-tokens/s/GPU and their error, and the TFLOP/s error under the source's own FLOP convention. Numbers
+tokens/s/GPU and their error, and the TFLOP/s error under the source's own FLOP convention. With
+`--worst N` (a long held-out file such as benchmarks/bridge_archive_records.json) it prints a
+per-model summary and the N rows with the largest tokens/s error instead of every row. Numbers
 come from `autoplace.validate` (the same code as `autoplace validate`); nothing adjusts a prediction.
 """
 
@@ -30,8 +32,10 @@ def pct(x) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", default=str(DEFAULT if DEFAULT.exists() else "/work/shared/validation/modern_runs.json"))
+    ap.add_argument("--worst", type=int, default=0, help="per-model summary and only the N largest errors")
     args = ap.parse_args(argv)
-    results, _ = run(load_records(args.records))
+    records = load_records(args.records)
+    results, _ = run(records)
     tg = modern_targets(results)
     print("| target | goal | now | met |\n|---|---|---|---|")
     print(f"| throughput coverage | ≥ 95 % | {tg['coverage']:.0%} ({tg['predicted']}/{tg['records']}) | "
@@ -41,9 +45,24 @@ def main(argv=None) -> int:
     print("\n| source | rows | mean \\|err\\| | max \\|err\\| |\n|---|---:|---:|---:|")
     for s, v in tg["by_source"].items():
         print(f"| {s} | {v['rows']} | {v['mean']:.1f} % | {v['max']:.1f} % |")
+    rows = results
+    if args.worst:
+        model_of = {rec.get("id"): (rec.get("model") or {}).get("name", "?") for rec in records}
+        err = {r.id: next((x["error_pct"] for x in r.entries if x["metric"] == "tokens_per_sec_per_gpu"), None)
+               for r in results if r.skipped is None}
+        by: dict = {}
+        for rid, e in err.items():
+            if e is not None:
+                by.setdefault(model_of.get(rid, "?"), []).append(e)
+        print("\n| model | rows | mean error (signed) | mean \\|err\\| | max \\|err\\| |\n|---|---:|---:|---:|---:|")
+        for name, v in by.items():
+            print(f"| {name} | {len(v)} | {sum(v) / len(v):+.1f} % | {sum(map(abs, v)) / len(v):.1f} % | "
+                  f"{max(map(abs, v)):.1f} % |")
+        worst = sorted((r for r in results if err.get(r.id) is not None), key=lambda r: -abs(err[r.id]))
+        rows = worst[:args.worst]
     print("\n| record | runtime | plan as mapped | tok/s/GPU measured | predicted | error | TFLOP/s error |")
     print("|---|---|---|---:|---:|---:|---:|")
-    for r in results:
+    for r in rows:
         if r.skipped is not None:
             print(f"| {r.id} | – | skipped: {r.skipped} | | | | |")
             continue

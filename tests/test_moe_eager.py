@@ -66,7 +66,13 @@ def test_a_model_without_expert_bias_or_clamp_is_untouched():
     assert not qwen.expert_bias and not qwen.glu_limit and qwen.rope_mscale == 1.0
     rt = load_runtime("megatron-core")
     (a, ma), (b, mb) = _layer(qwen, rt), _layer(qwen, apply_settings(rt, ["moe_fused_mlp=true"]))
-    assert all(float(a[k]) == float(b[k]) for k in a) and float(ma) == float(mb)
+    assert float(ma) == float(mb)
+    # the op fuser's one grouped kernel replaces TE GroupedLinear's launch per local expert (six
+    # expert GEMMs, 128 / 8 = 16 experts): the only term it moves for a model without bias or clamp
+    ko = load_hardware("b200").kernel_overhead_s
+    assert all(float(a[k]) == float(b[k]) for k in a if k not in ("elem_f", "elem_b"))
+    assert float(a["elem_f"] - b["elem_f"]) == pytest.approx(2 * 15 * ko, rel=1e-9)
+    assert float(a["elem_b"] - b["elem_b"]) == pytest.approx(4 * 15 * ko, rel=1e-9)
 
 
 def test_fused_mlp_moves_elementwise_time_and_the_clamped_copy_only():
@@ -78,6 +84,8 @@ def test_fused_mlp_moves_elementwise_time_and_the_clamped_copy_only():
     hw = load_hardware("b200")
     T = 4 * 4096
     bf, bb, kf, kb = K.moe_eager_bytes(OSS, rt.kernels, 2.0, 128 / 8)
+    # … and TE GroupedLinear's launch per local expert (16 − 1 more for each of the six expert GEMMs)
+    kf, kb = kf + 2 * 15, kb + 4 * 15
     assert float(a["elem_f"] - b["elem_f"]) == pytest.approx(
         float(K.membound_time(hw, T * bf, kf)), rel=1e-12)
     assert float(a["elem_b"] - b["elem_b"]) == pytest.approx(
@@ -116,3 +124,20 @@ def test_estimate_prices_them_and_the_megatron_export_writes_the_fuser():
     assert fused["time"]["breakdown_s"]["compute"] < eager["time"]["breakdown_s"]["compute"]
     assert fused["memory"]["peak_bytes"] < eager["memory"]["peak_bytes"]
     assert fused["training"]["runtime_set"] == ["moe_fused_mlp=true"]
+
+
+def test_sink_attention_runs_at_the_runtimes_sink_kernel_rate():
+    """kernels.attention_sinks: TE sends learnable-softmax attention (gpt-oss sinks) to cuDNN's
+    sink path, priced at the FA2-class rate; the same model without sinks keeps cuDNN's rate, and
+    nothing but the attention core moves."""
+    rt = load_runtime("megatron-core")
+    assert rt.kernels.attention == "cudnn" and rt.kernels.attention_sinks == "flash2"
+    hw = load_hardware("b200")
+    (a, _), (b, _) = _layer(OSS, rt), _layer(replace(OSS, attn_sinks=False), rt)
+    ko = hw.kernel_overhead_s
+    ratio = (float(a["attn_f"]) - ko) / (float(b["attn_f"]) - ko)
+    # the head-dim factor is the only rate-dependent term besides the efficiency
+    hf = K.head_dim_factor(hw, OSS, hw.peak("bf16") * hw.attention_eff("flash2")) / \
+        K.head_dim_factor(hw, OSS, hw.peak("bf16") * hw.attention_eff("cudnn"))
+    assert ratio == pytest.approx(hw.attention_eff("cudnn") / hw.attention_eff("flash2") / hf, rel=1e-9)
+    assert all(float(a[k]) == float(b[k]) for k in a if k not in ("attn_f", "attn_b"))

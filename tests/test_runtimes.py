@@ -276,3 +276,25 @@ def test_torch_pipelining_leaves_the_stage_reduce_scatter_exposed():
                              M.layers_on_stage(ctx, p, i) + 1.0, op="rs")) for i in (0, 1))
     assert exposed - hidden <= c * (1 + 1e-9)
     assert exposed - hidden >= 0.5 * c
+
+
+def test_te_grouped_linear_pays_a_launch_per_local_expert():
+    """kernels.moe_grouped_gemm_per_expert (TE GroupedLinear → multi_stream_cublas_gemm: one cuBLAS
+    call per local expert): the six expert GEMMs of a MoE layer (FC1/FC2 forward, dgrad, wgrad)
+    each launch E/ep − 1 more kernels than one batched GEMM; TE's op fuser runs one grouped kernel."""
+    assert BASE.kernels.moe_grouped_gemm_per_expert
+    moe = get_preset("qwen3-30b-a3b")                               # 128 experts, every layer MoE
+    one = replace(BASE, kernels=replace(BASE.kernels, moe_grouped_gemm_per_expert=False))
+    fused = replace(BASE, kernels=replace(BASE.kernels, moe_fused_mlp=True))
+    fused_one = replace(fused, kernels=replace(fused.kernels, moe_grouped_gemm_per_expert=False))
+    out = {}
+    for name, r in (("loop", BASE), ("one", one), ("fused", fused), ("fused_one", fused_one)):
+        t = training_spec(r, seq_len=4096, global_batch=64, regime="zero")
+        p = Plan(dp=8, ep=8, mbs=1).resolved(8)
+        out[name] = K.layer_compute_times(Ctx(moe, t, 8), HW, p)
+    n_local = moe.num_experts / 8
+    ko = HW.kernel_overhead_s
+    assert _f(out["loop"]["elem_f"] - out["one"]["elem_f"]) == pytest.approx(2 * (n_local - 1) * ko, rel=1e-9)
+    assert _f(out["loop"]["elem_b"] - out["one"]["elem_b"]) == pytest.approx(4 * (n_local - 1) * ko, rel=1e-9)
+    assert _f(out["loop"]["gemm_f"]) == _f(out["one"]["gemm_f"])     # the GEMM math is the batched one
+    assert _f(out["fused"]["elem_f"]) == _f(out["fused_one"]["elem_f"])

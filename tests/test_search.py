@@ -703,8 +703,8 @@ def test_recompute_modules_space_cut_and_bad_values(tmp_path):
     for rt in ("torchtitan", "deepspeed", "torch-native"):
         assert space_for_runtime(rt).recompute_modules == (0,)
     f = tmp_path / "s.toml"
-    f.write_text('name = "x"\n[knobs]\nrecompute_modules = [["mla_up_proj", "moe_act"]]\n')
-    with pytest.raises(InputError, match="recompute_modules.*'moe_act' is not one of core_attn, mla_up_proj"):
+    f.write_text('name = "x"\n[knobs]\nrecompute_modules = [["mla_up_proj", "moe"]]\n')
+    with pytest.raises(InputError, match="recompute_modules.*'moe' is not one of core_attn, mla_up_proj"):
         load_space(str(f))
 
 

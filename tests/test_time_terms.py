@@ -467,7 +467,7 @@ def test_recompute_modules_parse_and_rules():
     with pytest.raises(InputError, match="needs recompute=selective"):
         parse_plan("recompute=full,recompute_modules=core_attn")
     with pytest.raises(InputError, match="does not price yet"):
-        parse_plan("recompute_modules=moe_act")
+        parse_plan("recompute_modules=shared_experts")
     with pytest.raises(InputError, match="not a module"):
         parse_plan("recompute_modules=attention")
     dense = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=8192, global_batch=8), 8)
@@ -602,3 +602,57 @@ def test_hopper_gemm_rates_against_the_h200_runs():
     t = float(K.gemm_time(generic, q["M"], q["N"], q["K"], 1, h200.peak("fp8"), batch=8,
                           efficiency=h200.gemm_efficiency_fp8))
     assert 2.0 * 8 * q["M"] * q["N"] * q["K"] / t / 1e12 > 1.3 * h200.sustained_factor * q["fp8_tflops"]
+
+
+def test_layernorm_moe_act_and_mlp_modules_by_hand(hw):
+    """Megatron-Core's output-discarding recompute of the two pre-norms (layernorm), the expert
+    activation (moe_act) and the dense layers' MLP (mlp): each drops what its forward made and
+    re-runs that forward in backward; the rest of the layer is kept as without recompute."""
+    from autoplace.cost import memory as Mm
+    from autoplace.cost import step as S
+    from autoplace.plan import parse_plan
+    T = 4096
+    # dense Llama 3 8B, bf16, tp 1: layernorm drops 2·h·b_A per token, mlp the FC1 output and FC2 input
+    ctx = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=T, global_batch=8, attention="flash"), 8)
+    m = ctx.model
+    none = parse_plan("mbs=1").resolved(8)
+    full = float(Mm.activation_bytes_per_layer(ctx, none))
+    for mods, dropped in (("layernorm", 2 * m.hidden * 2), ("mlp", 3 * 2 * m.ffn_hidden),
+                          ("layernorm+mlp", 2 * m.hidden * 2 + 3 * 2 * m.ffn_hidden)):
+        p = parse_plan(f"recompute_modules={mods},mbs=1").resolved(8)
+        assert full - float(Mm.activation_bytes_per_layer(ctx, p)) == T * dropped, mods
+    lt = K.layer_compute_times(ctx, hw, none)
+    ev0 = S.evaluate(ctx, hw, none)
+    ev = S.evaluate(ctx, hw, parse_plan("recompute_modules=layernorm+mlp,mbs=1").resolved(8))
+    assert float(ev["recompute"]) == pytest.approx(float(ev0["micro_batches"]) * m.layers
+                                                   * float(lt["ln_f"] + lt["mlp_f"]), rel=1e-9)
+    # the mlp GEMMs count as hardware FLOPs: 2·3·h·f per token and layer
+    extra = 8 * T * m.layers * 2.0 * 3 * m.hidden * m.ffn_hidden / float(K.model_flops_per_step(ctx))
+    assert float(ev["hfu"] / ev["mfu"]) == pytest.approx(1.0 + extra, rel=1e-9)
+    # MoE: moe_act drops the FC2 input of every routed token, top_k·f_expert·b_A
+    moe = Ctx(get_preset("qwen3-30b-a3b"), TrainingSpec(seq_len=T, global_batch=8, attention="flash"), 8)
+    q = moe.model
+    base = parse_plan("ep=8,mbs=1").resolved(8)
+    act = parse_plan("ep=8,recompute_modules=moe_act,mbs=1").resolved(8)
+    assert float(Mm.activation_bytes_per_layer(moe, base) - Mm.activation_bytes_per_layer(moe, act)) \
+        == T * q.top_k * q.f_expert * 2
+    lq = K.layer_compute_times(moe, hw, base)
+    assert float(lq["moe_act_f"]) == pytest.approx(
+        T * q.top_k * 3 * 2 * q.f_expert / (hw.hbm_bw * hw.hbm_efficiency) + hw.kernel_overhead_s, rel=1e-9)
+
+
+def test_module_rules_name_what_the_model_lacks():
+    from autoplace.placement.rules import check
+    from autoplace.plan import parse_plan
+    dense = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=4096, global_batch=8), 8)
+    moe = Ctx(get_preset("qwen3-30b-a3b"), TrainingSpec(seq_len=4096, global_batch=8), 8)
+    bad = [v for v in check(dense, parse_plan("recompute_modules=moe_act").resolved(8)) if v.rule == "R2"]
+    assert bad and "has no MoE layers" in bad[0].message
+    bad = [v for v in check(moe, parse_plan("ep=8,recompute_modules=mlp").resolved(8)) if v.rule == "R2"]
+    assert bad and "every layer of" in bad[0].message
+    assert not [v for v in check(moe, parse_plan("ep=8,recompute_modules=moe_act+layernorm").resolved(8))
+                if v.rule == "R2"]
+    # DeepSeek-V3's three dense layers take mlp
+    ds = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=64), 64)
+    assert not [v for v in check(ds, parse_plan("ep=64,recompute_modules=mlp+mla_up_proj").resolved(64))
+                if v.rule == "R2"]

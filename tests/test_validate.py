@@ -707,16 +707,16 @@ MODERN = PUBLIC.parent / "modern_runs.json"
 def test_modern_set_regression():
     """The 2024–2026 set (issue 11): every record maps and predicts (coverage 100 %), each stack
     reads its runtime, and the tokens/s error does not drift above where the model stands
-    (README "Accuracy on 2024–2026 stacks": mean 11.5 %, max 73.7 % — issue 11's ≤ 10 / ≤ 25 %
-    targets are not met; this guards the present, it does not claim them)."""
+    (README "Accuracy on 2024–2026 stacks": mean 7.9 %, max 27.3 % — issue 11's ≤ 10 % mean is met,
+    its ≤ 25 % max is not; this guards the present, it does not claim the max)."""
     if not MODERN.exists():
         pytest.skip("modern validation file not available")
     from autoplace.validate.targets import modern_targets
     results, _ = run(load_records(MODERN))
     tg = modern_targets(results)
     assert tg["coverage"] == 1.0 and tg["rows"] == tg["records"] == 36
-    assert tg["tokens_mean"] <= 11.9, tg["worst"]
-    assert tg["tokens_max"] <= 77.0, tg["worst"]
+    assert tg["tokens_mean"] <= 8.3, tg["worst"]
+    assert tg["tokens_max"] <= 28.5, tg["worst"]
     by = {r.id: r for r in results}
     rt = {rid: r.mapping["runtime"] for rid, r in by.items()}
     assert {v for k, v in rt.items() if k.startswith("mbridge2606")} == {"megatron-core"}
@@ -730,6 +730,29 @@ def test_modern_set_regression():
 
 
 UNSEEN = Path(__file__).resolve().parents[1] / "benchmarks" / "unseen_records.json"
+ARCHIVE = Path(__file__).resolve().parents[1] / "benchmarks" / "bridge_archive_records.json"
+
+
+def test_bridge_archive_maps_every_row_and_reads_its_knobs():
+    """The held-out Megatron-Bridge archive (README "Held out"): all 109 rows map and predict; each
+    row's knobs come from its notes (partial vs full-iteration graphs, the fused grouped MLP, the
+    recompute modules); the rows of full-configuration recipes (26.06.01 / 26.08, footnoted gpt-oss
+    regression aside) stay within 8 %, and the mean tokens/s error stays where it stands (9.6 %)."""
+    from autoplace.validate.targets import modern_targets
+    recs = load_records(ARCHIVE)
+    assert len(recs) == 109 and len({r["id"] for r in recs}) == 109
+    assert not {r["id"] for r in recs} & ({r["id"] for r in load_records(MODERN)} if MODERN.exists() else set())
+    results, _ = run(recs)
+    tg = modern_targets(results)
+    assert tg["coverage"] == 1.0 and tg["rows"] == 109
+    assert tg["tokens_mean"] <= 10.2, tg["worst"]
+    by = {r.id: r for r in results}
+    for rid, r in by.items():
+        if rid.startswith(("mbridge2608", "mbridge260601")) and "gptoss" not in rid:
+            e = next(m for m in r.entries if m["metric"] == "tokens_per_sec_per_gpu")
+            assert abs(e["error_pct"]) <= 8.0, (rid, e["error_pct"])
+    assert "recompute_modules" not in str(by["mbridge2604-gb200-deepseekv3-mxfp8-256gpu-gbs4096"].skipped or "")
+    assert "rc=selective(mlp)" in by["mbridge2604-gb200-deepseekv3-mxfp8-256gpu-gbs4096"].mapping["plan"]
 
 
 def test_unseen_nemo_rows_are_entered_right_and_all_predicted():

@@ -185,8 +185,9 @@ def layer_compute_times(ctx, hw, p):
     recompute), flops_f (hardware FLOPs of one forward), wgrad_col (column-parallel weight-gradient
     GEMMs, under which async TP hides its backward collectives), mm_rc (the matmuls op-level SAC
     recomputes: every second one), up_f (MLA's q/kv up-projection GEMMs, forward: what Megatron's
-    mla_up_proj recompute re-runs; its RoPE pass is left in elem_f), quant_f/quant_b (FP8/FP4
-    quantization work, inside elem_*).
+    mla_up_proj recompute re-runs; its RoPE pass is left in elem_f), ln_f / moe_act_f / mlp_f (the
+    forwards of the layernorm, moe_act and mlp recompute modules: the two pre-norms, the expert
+    activation, the dense layers' MLP), quant_f/quant_b (FP8/FP4 quantization work, inside elem_*).
 
     The runtime (`train.rt.kernels`) sets the memory-bound passes (fused vs eager norms, RoPE,
     activation, loss), the attention kernel (its efficiency on this GPU: `hw.attention_eff`) and
@@ -233,11 +234,13 @@ def layer_compute_times(ctx, hw, p):
             wgrad_col = wgrad_col + wgrad(T, N, K)
         q_in, q_out = q_in + K, q_out + N
     gmul = 2 if m.gated_mlp else 1
+    mlp_gf = _w(0.0)                                        # dense-layer MLP GEMMs, forward (mlp recompute)
     if fm < 1.0:
         f_loc = m.ffn_hidden / tp
         for (N, K, col) in ((gmul * f_loc, h, True), (h, f_loc, False)):
             f, b = gemm(T, N, K)
             gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * T * N * K
+            mlp_gf = mlp_gf + (1 - fm) * f
             mm_f.append((1 - fm) * f)
             sac_rc = sac_rc + (1 - fm) * f * ((0.5 if m.gated_mlp else 0.0) if col else (0.0 if m.gated_mlp else 1.0))
             if col:
@@ -274,7 +277,7 @@ def layer_compute_times(ctx, hw, p):
     kpq = keys_per_query(m, t)
     attn_flops = 2.0 * T * kpq * heads_loc * (m.d_qk + m.d_v)
     if t.attention == "flash":
-        eff = hw.attention_eff(kern.attention)
+        eff = hw.attention_eff(kern.attention_sinks if (m.attn_sinks and kern.attention_sinks) else kern.attention)
         rate = peak16 * eff
         if kern.fp8_attention and t.precision in ("fp8", "fp4") and "fp8" in hw.peak_flops:
             # FP8 fused attention (cuDNN): the FP8 peak at FP8_ATTENTION_EFFICIENCY of the BF16 kernel's share
@@ -316,6 +319,11 @@ def layer_compute_times(ctx, hw, p):
         bf, bb, kf, kb = moe_eager_bytes(m, kern, bA, m.num_experts / _w(p.ep), _w(p.t_exp))
         eager_f, eager_b = fm * T * bf, fm * T * bb
         eager_kf, eager_kb = fm * kf, fm * kb
+        if kern.moe_grouped_gemm and kern.moe_grouped_gemm_per_expert:
+            # one launch per local expert for each expert GEMM (2 forward, 4 backward) beyond the
+            # one the batched GEMM time already holds; none under TE's op fuser
+            extra = np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 0.0, m.num_experts / _w(p.ep) - 1.0)
+            eager_kf, eager_kb = eager_kf + fm * 2.0 * extra, eager_kb + fm * 4.0 * extra
     rot = (m.heads * m.qk_rope_head_dim + m.qk_rope_head_dim) / tp if m.mla else \
         (m.q_width / tp + np.maximum(m.a_kv / tp, 1.0) * m.d_head)
     unfused_rope = m.position == "rope" and m.rope_mscale != 1.0 and kern.rope_unfused_passes > 0
@@ -328,9 +336,15 @@ def layer_compute_times(ctx, hw, p):
         n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
     elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f, n_k + eager_kf)
     elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b, n_k + 2 + eager_kb)
+    # forwards Megatron-Core's --recompute-modules re-run: the two pre-norms (layernorm), the expert
+    # activation (moe_act), the dense layers' MLP GEMMs and activation (mlp)
+    ln_f = membound_time(hw, T * h * 2 * norm_passes * bA / t_sp, 2)
+    moe_act_f = membound_time(hw, fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp), 1) if fm > 0 else _w(0.0)
+    mlp_f = mlp_gf + (membound_time(hw, (1 - fm) * T * act * bA * m.ffn_hidden / tp, 1) if fm < 1.0 else 0.0)
     return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
-            "mm_rc": mm_rc, "up_f": up_f, "quant": membound_time(hw, quant_f + quant_b, 0)}
+            "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
+            "quant": membound_time(hw, quant_f + quant_b, 0)}
 
 
 def moe_eager_bytes(m, kern, bA, n_local, etp=1.0):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cost.precision import param_store_bytes, recipe_of
-from autoplace.plan import micro_batches, module_flags
+from autoplace.plan import micro_batches, module_flags, module_on
 from autoplace.specs.model import padded_vocab
 
 
@@ -250,6 +250,19 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         listed = full - np.where(m_core & (t.attention == "eager"), sb * core, 0.0)
         if m.mla:
             listed = listed - np.where(m_up, sb * bA * m.heads / tp * (2 * m.d_qk + m.d_v), 0.0)
+        # layernorm: the two pre-norm outputs (the QKV and FC1 inputs, kept as their FP8 casts when TE
+        # saves those); moe_act: the expert activation output (the FC2 input); mlp: the dense layers'
+        # MLP internals (FC1 output and FC2 input), their input kept (Megatron-Core
+        # --recompute-modules: output-discarding recompute of the listed sub-module)
+        kept = bA - (save if r is not None and t.rt.precision.fp8_saved_inputs else 0.0)
+        listed = listed - np.where(module_on(p, "layernorm"), sb * 2 * h / t_sp * kept, 0.0)
+        if m.is_moe:
+            listed = listed - np.where(module_on(p, "moe_act"),
+                                       sb * fm * m.top_k * m.f_expert / _w(p.t_exp) * kept, 0.0)
+        dense = (1.0 - fm) if m.is_moe else 1.0
+        if dense > 0 and m.ffn_hidden:
+            listed = listed - np.where(module_on(p, "mlp"), sb * dense * ((2 if m.gated_mlp else 1) * bA + kept)
+                                       * m.ffn_hidden / tp, 0.0)
         selective = np.where(named, listed, selective)
     if t.rt.memory.selective == "op-sac":
         # torchtitan op-level SAC keeps the layer input, every other matmul output (wq, wv, w1, w2 of

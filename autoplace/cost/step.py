@@ -26,7 +26,7 @@ from autoplace.cost import memory as Mm
 from autoplace.cost import network as N
 from autoplace.cost.memory import _w
 from autoplace.cost.precision import param_gather_bytes
-from autoplace.plan import micro_batches, module_flags
+from autoplace.plan import micro_batches, module_flags, module_on
 
 DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket when the runtime states none (torch DDP 25 MiB)
 BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
@@ -109,7 +109,10 @@ def stage_times(ctx, hw, p):
     else:
         rc_sel = lt["attn_f"] + lt["attn_elem_f"]            # Megatron selective: the attention core
         named, core, up = module_flags(p)                   # --recompute-modules: the listed modules' forwards
-        rc_sel = np.where(named, np.where(core, rc_sel, 0.0) + np.where(up, lt["up_f"], 0.0), rc_sel)
+        listed = np.where(core, rc_sel, 0.0) + np.where(up, lt["up_f"], 0.0) \
+            + np.where(module_on(p, "layernorm"), lt["ln_f"], 0.0) \
+            + np.where(module_on(p, "moe_act"), lt["moe_act_f"], 0.0) + np.where(module_on(p, "mlp"), lt["mlp_f"], 0.0)
+        rc_sel = np.where(named, listed, rc_sel)
     # TP: embedding (AR fwd | RS fwd + AG bwd) and output layer (AR bwd | AG fwd + RS bwd + re-AG)
     st = N.axis_strides(p)
     T = _w(p.mbs) * ctx.train.seq_len / _w(p.cp)
@@ -455,14 +458,20 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
 def _selective_rc_share(ctx, p, attn_share):
     """Recomputed forward FLOPs of selective recompute as a share of model FLOPs: the attention core
     (attn_share / 3: its forward), or the listed --recompute-modules (mla_up_proj: the q/kv
-    up-projection GEMMs, 2·(r_q·H·d_qk + r_kv·H·(d_nope + d_v)) per token and layer)."""
+    up-projection GEMMs, 2·(r_q·H·d_qk + r_kv·H·(d_nope + d_v)) per token and layer; mlp: the dense
+    layers' MLP GEMMs, 2·(g + 1)·h·f per token and dense layer, g = 2 gated)."""
     named, core, up = module_flags(p)
     m, t = ctx.model, ctx.train
-    up_share = 0.0
+    up_share = mlp_share = 0.0
     if np.any(up) and m.mla and not m.states_only:
         w = sum(k * o for nm, k, o, _ in m.attn_linears() if nm in ("q_up", "kv_up"))
         up_share = t.tokens_per_step * m.layers * 2.0 * w / K.model_flops_per_step(ctx)
-    return np.where(named, np.where(core, attn_share / 3.0, 0.0) + np.where(up, up_share, 0.0), attn_share / 3.0)
+    dense_layers = m.layers - (m.n_moe_layers if m.is_moe else 0)
+    if np.any(module_on(p, "mlp")) and dense_layers and not m.states_only:
+        mlp_share = t.tokens_per_step * dense_layers * 2.0 * ((2 if m.gated_mlp else 1) + 1) * m.hidden * m.ffn_hidden \
+            / K.model_flops_per_step(ctx)
+    return np.where(named, np.where(core, attn_share / 3.0, 0.0) + np.where(up, up_share, 0.0)
+                    + np.where(module_on(p, "mlp"), mlp_share, 0.0), attn_share / 3.0)
 
 
 def _attn_flop_share(ctx):

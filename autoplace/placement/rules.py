@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from autoplace.plan import micro_batches, module_flags, modules_of
+from autoplace.plan import micro_batches, module_flags, module_on, modules_of
 
 
 @dataclass(frozen=True)
@@ -125,18 +125,36 @@ def _stage_recompute_bad(ctx, p) -> bool:
     return any(r > l for r, l in zip(srec, split))
 
 
+def _module_misfits(ctx):
+    """(module, why it does not apply to this model) for the listed modules that need a feature."""
+    m = ctx.model
+    if not ctx.shaped:
+        return ()
+    out = []
+    if not m.mla:
+        out.append(("mla_up_proj", f"mla_up_proj recomputes MLA's up-projections and {m.name} has standard "
+                                   "attention; use core_attn"))
+    if not m.is_moe:
+        out.append(("moe_act", f"moe_act recomputes the expert activation and {m.name} has no MoE layers; use mlp"))
+    if m.is_moe and m.n_moe_layers >= m.layers:
+        out.append(("mlp", f"mlp recomputes the dense layers' MLP and every layer of {m.name} is MoE; use moe_act"))
+    return tuple(out)
+
+
 def _modules_bad(ctx, p):
-    named, _, up = module_flags(p)
-    no_mla = up & bool(ctx.shaped and not ctx.model.mla)
-    return named & ((_a(p.rc) != 1) | no_mla)
+    named, _, _ = module_flags(p)
+    misfit = False
+    for name, _ in _module_misfits(ctx):
+        misfit = misfit | module_on(p, name)
+    return named & ((_a(p.rc) != 1) | misfit)
 
 
 def _modules_message(ctx, p) -> str:
     mods = "+".join(modules_of(int(np.asarray(p.rc_mods))))
     if np.any(np.asarray(p.rc) != 1):
         return f"recompute_modules={mods} needs recompute=selective (got recompute={p.recompute})"
-    return (f"recompute_modules={mods}: mla_up_proj recomputes MLA's up-projections and "
-            f"{ctx.model.name} has standard attention; use core_attn")
+    why = [w for name, w in _module_misfits(ctx) if np.any(module_on(p, name))]
+    return f"recompute_modules={mods}: " + "; ".join(why)
 
 
 def _m(ctx, p):

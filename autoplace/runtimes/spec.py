@@ -76,6 +76,22 @@ class Kernels:
     (`autoplace.runtimes.switches`), which also sets the permute passes and comm keys it implies."""
     moe_grouped_gemm: bool = True
     """Experts run as one grouped GEMM (TE/cutlass grouped GEMM) rather than a loop of GEMMs."""
+    attention_sinks: str = ""
+    """The attention kernel family that runs attention with learned sink logits
+    (`ModelSpec.attn_sinks`, gpt-oss), when it is not `attention`: Transformer Engine sends
+    softmax_type="learnable" past flash-attn to cuDNN's sink-capable fused attention
+    (dot_product_attention/utils.py `get_attention_backend`), which the Megatron-Bridge gpt-oss
+    runs time at the FlashAttention-2-class rate ("flash2"), not at cuDNN's vanilla rate: on H100,
+    B200, B300, GB200 and GB300, BF16 and MXFP8, containers 26.02–26.08, gpt-oss is otherwise
+    predicted 19–40 % fast while every sink-free model of the same tables is within a few percent
+    (README, held-out Megatron-Bridge archive). '' → `attention` for every model."""
+    moe_grouped_gemm_per_expert: bool = False
+    """The grouped GEMM is a loop of one GEMM launch per local expert spread over a few CUDA
+    streams (Transformer Engine `GroupedLinear` → `general_grouped_gemm` →
+    `multi_stream_cublas_gemm`, one cuBLAS call per expert on nvte_get_num_compute_streams()
+    streams; the MXFP8 grouped GEMM of the Megatron-Core DeepSeek-V3 GB200 report), so each of
+    the six expert GEMMs of a layer (FC1, FC2 forward; their dgrad and wgrad) pays a launch per
+    local expert; TE's op fuser (`moe_fused_mlp`, expert TP 1) runs one grouped kernel instead."""
     moe_token_passes: float = 0.0
     """HBM passes per routed token-slot (× hidden) of the MoE layer's own bookkeeping besides the
     permutes: probability weighting, the combine's accumulation, receive/send buffer staging."""
