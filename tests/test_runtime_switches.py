@@ -37,6 +37,8 @@ def test_a_switch_sets_every_key_it_implies_and_nothing_else():
     back = apply_settings(hy, ["moe_dispatch=alltoall"])
     assert (back.kernels.moe_permute_passes, back.comm.a2a_node_dedup, back.comm.ep_comm_sms) == (4.0, False, 0)
     assert apply_settings(rt, ["cuda_graphs=full_iteration"]).kernels.cuda_graphs is True
+    assert apply_settings(rt, ["cuda_graphs=full_iteration"]).kernels.cuda_graph_experts is True
+    assert apply_settings(rt, ["cuda_graphs=transformer_engine"]).kernels.cuda_graph_experts is False
     assert apply_settings(rt, ["cuda_graphs=none"]).kernels.cuda_graphs is False
     raw = apply_settings(rt, ["kernels.membound_kernels=10", "comm.dp_comm_sms=16"])
     assert (raw.kernels.membound_kernels, raw.comm.dp_comm_sms) == (10, 16)
@@ -200,7 +202,8 @@ def test_the_record_mapping_reads_the_same_switches():
         pytest.skip("modern validation file not available")
     r = next(x for x in load_records(recs) if x["id"] == "mbridge2606-gb300-qwen330ba3b-mxfp8-8gpu-gbs512")
     rt = map_shaped(r).train.rt
-    assert settings_text(rt) == ["cuda_graphs=true", "moe_dispatch=hybridep", "fp8_attention=true", "moe_fused_mlp=true"]
+    assert settings_text(rt) == ["cuda_graphs=full_iteration", "moe_dispatch=hybridep", "fp8_attention=true",
+                                 "moe_fused_mlp=true"]
     assert rt == apply_settings(load_runtime("megatron-core"), settings_text(rt))
 
 
@@ -283,3 +286,35 @@ def test_ep_overlap_leaves_the_unpaired_chunks_exposed():
     assert ep_unpaired_share(p, 16, 3) == pytest.approx((0 + 4 + 1) / 16)
     assert ep_unpaired_share(p.with_(vpp_group=2), 16, 3) == pytest.approx((0 + 2 + 1) / 16)
     assert ep_unpaired_share(p, 4, 0) == 1.0                       # every chunk in warm-up
+
+
+def test_per_layer_graphs_leave_the_routed_experts_eager():
+    """cuda_graphs=true (TE per-layer graphs) captures attention, router and preprocess, not a
+    dropless MoE's routed experts: their eager kernels (TE's per-expert GEMM launches here) keep the
+    full per-kernel overhead; cuda_graphs=full_iteration captures them too. The Megatron export
+    writes --cuda-graph-impl full_iteration for a dense model and refuses it for MoE."""
+    from autoplace.cost import compute as K
+    from autoplace.cost import network as N
+    from autoplace.placement.rules import Ctx
+    from autoplace.specs.hardware import load_hardware
+    hw = load_hardware("gb200-nvl72")
+    moe = get_preset("qwen3-30b-a3b")
+    out = {}
+    for val in ("true", "full_iteration"):
+        rt = apply_settings(load_runtime("megatron-core"), [f"cuda_graphs={val}"])
+        t = training_spec(rt, seq_len=4096, global_batch=64, precision="bf16")
+        ctx = Ctx(moe, t, 8)
+        out[val] = K.layer_compute_times(ctx, N.hardware_view(ctx, hw), parse_plan("ep=8,mbs=1"))
+    n_local = moe.num_experts / 8
+    ko = hw.kernel_overhead_s
+    extra = ko - ko * N.CUDA_GRAPH_KERNEL_SHARE
+    assert float(out["true"]["elem_f"] - out["full_iteration"]["elem_f"]) == pytest.approx(2 * (n_local - 1) * extra, rel=1e-9)
+    assert float(out["true"]["elem_b"] - out["full_iteration"]["elem_b"]) == pytest.approx(4 * (n_local - 1) * extra, rel=1e-9)
+    dense = _job("llama3-8b", "tp=2,sp=1,zero=1,mbs=1", 64, "cuda_graphs=full_iteration")
+    assert not megatron.LAUNCHER.violated(dense)
+    text = megatron.emit(dense)["megatron_args.txt"]
+    assert "--cuda-graph-impl full_iteration" in text and "--cuda-graph-scope" not in text
+    full_rc = _job("llama3-8b", "tp=2,sp=1,zero=1,recompute=full,mbs=1", 64, "cuda_graphs=full_iteration")
+    assert "L-megatron-cuda-graphs-recompute" not in megatron.LAUNCHER.violated(full_rc)
+    moe_job = _job("qwen3-30b-a3b", "ep=8,zero=1,mbs=1", 8, "cuda_graphs=full_iteration")
+    assert "L-megatron-cuda-graphs-full-moe" in megatron.LAUNCHER.violated(moe_job)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cost.memory import _w, vocab_padded
+from autoplace.cost.network import eager_kernel_overhead
 from autoplace.cost.precision import GemmFormat
 
 
@@ -336,6 +337,11 @@ def layer_compute_times(ctx, hw, p):
         n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
     elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f, n_k + eager_kf)
     elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b, n_k + 2 + eager_kb)
+    if kern.cuda_graphs and not kern.cuda_graph_experts:
+        # per-layer graphs leave a dropless MoE's routed experts eager: their launches keep the full
+        # per-kernel overhead (runtimes.spec.Kernels.cuda_graph_experts)
+        extra = eager_kernel_overhead(hw, kern) - hw.kernel_overhead_s
+        elem_f, elem_b = elem_f + eager_kf * extra, elem_b + eager_kb * extra
     # forwards Megatron-Core's --recompute-modules re-run: the two pre-norms (layernorm), the expert
     # activation (moe_act), the dense layers' MLP GEMMs and activation (mlp)
     ln_f = membound_time(hw, T * h * 2 * norm_passes * bA / t_sp, 2)

@@ -26,6 +26,12 @@ from autoplace.cost.memory import _w
 CUDA_GRAPH_KERNEL_SHARE = 0.4
 
 
+def eager_kernel_overhead(hw, kern) -> float:
+    """Per-kernel overhead of a kernel launched outside the captured graphs, on the `hardware_view`
+    of a runtime whose CUDA graphs scaled it to CUDA_GRAPH_KERNEL_SHARE."""
+    return hw.kernel_overhead_s / CUDA_GRAPH_KERNEL_SHARE if kern.cuda_graphs else hw.kernel_overhead_s
+
+
 def hardware_view(ctx, hw):
     """The hardware as the job's runtime uses it: its collectives reach `comm.gather_rails` NICs
     across nodes when the runtime says fewer than the hardware has (the 2021 stacks); CUDA graphs

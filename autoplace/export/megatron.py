@@ -102,10 +102,17 @@ def _rules() -> tuple:
           lambda c, p: f"FP8 recipe '{resolve_recipe(c.train)}': Megatron's --fp8-recipe takes "
                        f"{', '.join(FP8_RECIPE_FLAG.values())} (autoplace {', '.join(FP8_RECIPE_FLAG)})"),
         R("cuda-graphs-recompute", "per-layer CUDA graphs without full recompute",
-          lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs)) & (recompute_kind(c, p)[0] >= 2),
-          lambda c, p: f"CUDA graphs (runtime cuda_graphs=true) with recompute={p.recompute}: Megatron captures "
-                       "full recompute only in a full-iteration graph, which dropless MoE cannot use and this "
-                       "export does not write; use selective or no recompute, or cuda_graphs=false"),
+          lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs and not t.rt.kernels.cuda_graph_experts))
+          & (recompute_kind(c, p)[0] >= 2),
+          lambda c, p: f"per-layer CUDA graphs (runtime cuda_graphs=true) with recompute={p.recompute}: Megatron "
+                       "captures full recompute only in a full-iteration graph; use selective or no recompute, "
+                       "cuda_graphs=full_iteration (dense models) or cuda_graphs=false"),
+        R("cuda-graphs-full-moe", "full-iteration CUDA graphs of a dense model",
+          lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs and t.rt.kernels.cuda_graph_experts))
+          & _a(bool(c.shaped and c.model.is_moe)),
+          lambda c, p: "cuda_graphs=full_iteration with a MoE model: capturing the routed experts needs "
+                       "Megatron-Core's sync-free dropless dispatch (per-rank expert capacity, paged stash), "
+                       "which this export does not write; use cuda_graphs=true (per-layer graphs)"),
         R("block-vpp", "block recompute per virtual chunk",
           lambda c, p: _block_vpp_bad(c, p),
           lambda c, p: f"block recompute of {p.recompute_layers} layers per stage with vpp={p.vpp}: Megatron's block "
@@ -272,7 +279,9 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
         f.append(("--fp8-param-gather" if prec == "fp8" else "--fp4-param-gather", None))
     if prec in ("fp8", "fp4") and rt.kernels.fp8_attention:
         f.append(("--fp8-dot-product-attention", None))
-    if rt.kernels.cuda_graphs:
+    if rt.kernels.cuda_graphs and rt.kernels.cuda_graph_experts:
+        f.append(("--cuda-graph-impl", "full_iteration"))
+    elif rt.kernels.cuda_graphs:
         f.append(("--cuda-graph-impl", "transformer_engine"))
         if m.is_moe:
             f.append(("--cuda-graph-scope", "attn moe_router moe_preprocess"))

@@ -118,6 +118,13 @@ class Kernels:
     back to the unfused module otherwise). Set it with the `moe_fused_mlp` switch."""
     cuda_graphs: bool = False
     """Whole-iteration or per-layer CUDA graphs: kernel launch overhead removed."""
+    cuda_graph_experts: bool = False
+    """With `cuda_graphs`, whether the routed experts run inside the captured graphs: Megatron-Core's
+    full-iteration graphs (`cuda_graph_impl = "full_iteration"`, sync-free dropless dispatch) capture
+    them; per-layer graphs (TE `make_graphed_callables`, scopes attn / moe_router / moe_preprocess)
+    leave the dropless routed experts eager, since their shapes change every step, so their kernels
+    keep the full launch overhead (Megatron-Core CUDA-graph guide; the DeepSeek-V3 GB200 report).
+    Set it with `cuda_graphs=full_iteration`."""
     fp8_attention: bool = False
     """The attention core runs in FP8 (cuDNN FP8 fused attention, TE fp8_dot_product_attention)."""
 

@@ -12,8 +12,9 @@ fact:
                 expert-ordered buffers themselves (no permute passes) and send a token once per
                 remote node (DeepEP `get_dispatch_layout`), holding SMs while they overlap compute:
                 DeepEP's normal kernels 24, hybrid-EP 32 (Megatron-Bridge perf recipes).
-  cuda_graphs   true | false (also the Megatron `cuda_graph_impl` words: none → false,
-                local / transformer_engine / full_iteration → true)
+  cuda_graphs   true | full_iteration | false (also the Megatron `cuda_graph_impl` words: none →
+                false, local / transformer_engine → true: per-layer graphs, a dropless MoE's routed
+                experts left eager; full_iteration: the whole step captured, experts included)
   fp8_attention true | false (TE `fp8_dot_product_attention`: the attention core in FP8)
   moe_fused_mlp true | false (Megatron-Core ≥ 0.18 `--use-transformer-engine-op-fuser`,
                 Megatron-Bridge `use_transformer_engine_op_fuser` / `cutedsl_fused_grouped_mlp`:
@@ -47,12 +48,14 @@ SWITCHES: dict[str, dict] = {
         "deepep": {"kernels.moe_dispatch": "deepep", **_DEEPEP, "comm.ep_comm_sms": 24},
         "hybridep": {"kernels.moe_dispatch": "hybridep", **_DEEPEP, "comm.ep_comm_sms": 32},
     },
-    "cuda_graphs": {True: {"kernels.cuda_graphs": True}, False: {"kernels.cuda_graphs": False}},
+    "cuda_graphs": {True: {"kernels.cuda_graphs": True, "kernels.cuda_graph_experts": False},
+                    "full_iteration": {"kernels.cuda_graphs": True, "kernels.cuda_graph_experts": True},
+                    False: {"kernels.cuda_graphs": False, "kernels.cuda_graph_experts": False}},
     "fp8_attention": {True: {"kernels.fp8_attention": True}, False: {"kernels.fp8_attention": False}},
     "moe_fused_mlp": {True: {"kernels.moe_fused_mlp": True}, False: {"kernels.moe_fused_mlp": False}},
 }
 _GRAPH_WORDS = {"none": False, "false": False, "off": False, "local": True, "transformer_engine": True,
-                "full_iteration": True, "true": True, "on": True}
+                "full_iteration": "full_iteration", "true": True, "on": True}
 
 
 def parse_setting(text: str) -> tuple[str, object]:

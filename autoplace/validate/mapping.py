@@ -148,7 +148,7 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
     sets: list = []
     graphs = str(knobs.get("cuda_graph_impl", "")).lower()
     if graphs in ("full_iteration", "local", "transformer_engine"):
-        sets.append(("cuda_graphs", True))
+        sets.append(("cuda_graphs", "full_iteration" if graphs == "full_iteration" else True))
     disp = str(knobs.get("moe_flex_dispatcher_backend", "") or knobs.get("moe_token_dispatcher_type", "")).lower()
     text = record_text(rec)
     if disp in ("deepep", "hybridep", "flex") or re.search(r"\bdeepep\b", text):
