@@ -83,8 +83,9 @@ class Kernels:
     (dot_product_attention/utils.py `get_attention_backend`), which the Megatron-Bridge gpt-oss
     runs time at the FlashAttention-2-class rate ("flash2"), not at cuDNN's vanilla rate: on H100,
     B200, B300, GB200 and GB300, BF16 and MXFP8, containers 26.02–26.08, gpt-oss is otherwise
-    predicted 19–40 % fast while every sink-free model of the same tables is within a few percent
-    (README, held-out Megatron-Bridge archive). '' → `attention` for every model."""
+    predicted 18–40 % fast while the sink-free models of the same tables' full-configuration
+    recipes are within a few percent (README, held-out Megatron-Bridge archive). '' → `attention`
+    for every model."""
     moe_grouped_gemm_per_expert: bool = False
     """The grouped GEMM is a loop of one GEMM launch per local expert spread over a few CUDA
     streams (Transformer Engine `GroupedLinear` → `general_grouped_gemm` →
