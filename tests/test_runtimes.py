@@ -298,3 +298,46 @@ def test_te_grouped_linear_pays_a_launch_per_local_expert():
     assert _f(out["loop"]["elem_b"] - out["one"]["elem_b"]) == pytest.approx(4 * (n_local - 1) * ko, rel=1e-9)
     assert _f(out["loop"]["gemm_f"]) == _f(out["one"]["gemm_f"])     # the GEMM math is the batched one
     assert _f(out["fused"]["elem_f"]) == _f(out["fused_one"]["elem_f"])
+
+
+def test_mla_qkv_assembly_counts_and_terms():
+    """kernels.mla_qkv: the elements an MLA layer's Q/K/V assembly moves per token (hand counts for
+    DeepSeek-V3, h = 128, d_n = 128, d_r = 64, d_v = 128, d_qk = 192) and the exact change of the
+    memory-bound layer work between Megatron-Core's fused MLA RoPE and the eager cat/expand/contiguous
+    of NeMo AutoModel and torchtitan; a model without MLA is untouched."""
+    dsv3 = get_preset("deepseek-v3")
+    eager = replace(BASE.kernels, mla_qkv="eager")
+    # eager forward: q cat 2·128·192 + k cat 128·(128 + 192) + v copy 2·128·128;
+    # backward: q split-cat 2·128·192 + expand-sum 128·64 + kv split-cat 2·128·(128 + 128)
+    assert K.mla_assembly_elements(dsv3, eager, 1) == (122880.0, 122880.0, 3.0, 3.0)
+    # fused: reads kv 128·(128 + 128), writes K and V 128·(192 + 128), one kernel each way
+    assert K.mla_assembly_elements(dsv3, BASE.kernels, 1) == (73728.0, 73728.0, 1.0, 1.0)
+    assert K.mla_assembly_elements(dsv3, eager, 2)[0] == 61440.0              # heads split over TP
+    assert K.mla_assembly_elements(MODEL, eager, 1) == (0.0, 0.0, 0.0, 0.0)
+    assert BASE.kernels.mla_qkv == "fused"
+    assert load_runtime("nemo-automodel").kernels.mla_qkv == "eager"
+    assert load_runtime("torchtitan").kernels.mla_qkv == "eager"
+    p = Plan(dp=8, ep=8, mbs=1).resolved(8)
+    out = {}
+    for name, model in (("mla", dsv3), ("gqa", MODEL)):
+        for kind, r in (("fused", BASE), ("eager", replace(BASE, kernels=eager))):
+            t = training_spec(r, seq_len=4096, global_batch=64, regime="zero")
+            out[name, kind] = K.layer_compute_times(Ctx(model, t, 8), HW, p)
+    T, bA, ko = 4096, 2, HW.kernel_overhead_s
+    bw = HW.hbm_bw * HW.hbm_efficiency
+    d = (122880.0 - 73728.0) * T * bA
+    assert _f(out["mla", "eager"]["elem_f"] - out["mla", "fused"]["elem_f"]) == pytest.approx(d / bw + 2 * ko, rel=1e-9)
+    assert _f(out["mla", "eager"]["elem_b"] - out["mla", "fused"]["elem_b"]) == pytest.approx(d / bw + 2 * ko, rel=1e-9)
+    for key in ("gemm_f", "gemm_b", "attn_f", "attn_b"):
+        assert _f(out["mla", "eager"][key]) == _f(out["mla", "fused"][key])
+    for key in out["gqa", "fused"]:
+        assert _f(out["gqa", "eager"][key]) == _f(out["gqa", "fused"][key])
+
+
+def test_automodel_gmm_experts_launch_per_expert():
+    """NeMo AutoModel's experts run grouped_gemm's ops.gmm, on SM90 one cuBLAS call per local expert
+    over four streams (csrc/grouped_gemm.cu CublasGroupedGemm): the same launch physics as TE's
+    GroupedLinear, so the runtime states kernels.moe_grouped_gemm_per_expert."""
+    rt = load_runtime("nemo-automodel")
+    assert rt.kernels.moe_grouped_gemm and rt.kernels.moe_grouped_gemm_per_expert
+    assert not rt.kernels.moe_fused_mlp

@@ -335,8 +335,11 @@ def layer_compute_times(ctx, hw, p):
     n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
     if unfused_rope:
         n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
-    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f, n_k + eager_kf)
-    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b, n_k + 2 + eager_kb)
+    mla_ef, mla_eb, mla_kf, mla_kb = mla_assembly_elements(m, kern, tp)
+    mla_f, mla_b = T * mla_ef * bA, T * mla_eb * bA
+    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f + mla_f, n_k + eager_kf + mla_kf)
+    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b + mla_b,
+                           n_k + 2 + eager_kb + mla_kb)
     if kern.cuda_graphs and not kern.cuda_graph_experts:
         # per-layer graphs leave a dropless MoE's routed experts eager: their launches keep the full
         # per-kernel overhead (runtimes.spec.Kernels.cuda_graph_experts)
@@ -351,6 +354,31 @@ def layer_compute_times(ctx, hw, p):
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
             "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
             "quant": membound_time(hw, quant_f + quant_b, 0)}
+
+
+def mla_assembly_elements(m, kern, tp=1.0):
+    """Per token, one rank: elements an MLA layer's Q/K/V assembly moves (reads + writes) in the
+    forward and the backward, and its kernel launches each way (`Kernels.mla_qkv`); h = heads / tp,
+    d_n, d_r, d_v the no-RoPE, RoPE and value head widths, d_qk = d_n + d_r. The q RoPE itself is the
+    `rope_passes` term.
+
+      fused (Megatron-Core fused_apply_mla_rope_for_kv): forward reads kv (h·(d_n + d_v)) and writes
+            K, V (h·(d_qk + d_v)); backward the mirror — 1 kernel each way
+      eager (cat / expand / contiguous): forward q cat 2·h·d_qk, k cat h·d_n + h·d_qk, v copy 2·h·d_v;
+            backward q-split cat 2·h·d_qk, k_pe expand-sum h·d_r, kv-split cat 2·h·(d_n + d_v) —
+            3 kernels each way
+    Non-MLA models: zeros."""
+    if not m.mla:
+        return 0.0, 0.0, 0.0, 0.0
+    h = m.heads / _w(tp)
+    dn, dr, dv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    dqk = dn + dr
+    if kern.mla_qkv == "eager":
+        f = 2.0 * h * dqk + h * (dn + dqk) + 2.0 * h * dv
+        b = 2.0 * h * dqk + h * dr + 2.0 * h * (dn + dv)
+        return f, b, 3.0, 3.0
+    f = h * (dn + dv) + h * (dqk + dv)
+    return f, f, 1.0, 1.0
 
 
 def moe_eager_bytes(m, kern, bA, n_local, etp=1.0):

@@ -93,6 +93,18 @@ class Kernels:
     streams; the MXFP8 grouped GEMM of the Megatron-Core DeepSeek-V3 GB200 report), so each of
     the six expert GEMMs of a layer (FC1, FC2 forward; their dgrad and wgrad) pays a launch per
     local expert; TE's op fuser (`moe_fused_mlp`, expert TP 1) runs one grouped kernel instead."""
+    mla_qkv: str = "fused"
+    """How an MLA layer (`ModelSpec.mla`, DeepSeek-V3 / Kimi K2) assembles the per-head Q, K and V
+    the attention kernel reads (`compute.mla_assembly_elements`). fused: Megatron-Core's fused MLA
+    RoPE — q's RoPE in place on its trailing rope dims, one kernel reads the kv up-projection
+    output and the shared k_pe and writes K and V (fusions/fused_mla_yarn_rope_apply.py
+    `fused_apply_mla_rope_for_q` / `fused_apply_mla_rope_for_kv`). eager: q = cat(q_nope,
+    rope(q_pe)), k = cat(k_nope, k_pe.expand(heads)), and v — a strided slice of the kv output —
+    copied contiguous by Transformer Engine (dot_product_attention/utils.py `get_qkv_layout`: k and
+    v strides differ → "not_supported" → .contiguous()); backward cats q's split gradients back,
+    sums the expanded k_pe gradient over heads, and cats the k_nope and v gradients into the kv
+    gradient (NeMo AutoModel `components/models/deepseek_v3/layers.py` MLA.forward, 2025 and 2026;
+    torchtitan `models/deepseek_v3/model/model.py` Attention.forward)."""
     moe_token_passes: float = 0.0
     """HBM passes per routed token-slot (× hidden) of the MoE layer's own bookkeeping besides the
     permutes: probability weighting, the combine's accumulation, receive/send buffer staging."""
