@@ -341,3 +341,34 @@ def test_automodel_gmm_experts_launch_per_expert():
     rt = load_runtime("nemo-automodel")
     assert rt.kernels.moe_grouped_gemm and rt.kernels.moe_grouped_gemm_per_expert
     assert not rt.kernels.moe_fused_mlp
+
+
+def test_grad_accum_bytes_by_runtime():
+    """kernels.grad_accum, hand counts. Pipelined FSDP2 (NeMo AutoModel, K1): the first micro-batch's
+    bf16 gradient is upcast to the fp32 reduce dtype (2 + 4 B), each later one added into it
+    (4 + 2 + 4 B); Megatron-LM 2021's main_grad hook adds every micro-batch (fp16: 2 + 2 + 2 B);
+    Megatron-Core's fused wgrad accumulation and per-micro-batch FSDP reductions cost nothing here."""
+    llama = get_preset("llama3-8b")
+    t = training_spec("nemo-automodel", seq_len=4096, global_batch=64)
+    assert (t.b_G, t.b_G_reduce) == (2, 4)
+    k1 = Plan(dp=4, pp=2, zero=3, mbs=1).resolved(8)                      # 16 micro-batches, one schedule
+    ctx = Ctx(llama, t, 8)
+    psi = _f(M.stage_param_counts(ctx, k1, 0)[0])
+    assert _f(S.grad_accum_bytes(ctx, k1, 0)) == psi * (15 * (4 + 2 + 4) + (2 + 4))
+    two = k1.with_(pp_flushes=2)                                            # two schedules: two upcasts
+    assert _f(S.grad_accum_bytes(ctx, two, 0)) == psi * (14 * (4 + 2 + 4) + 2 * (2 + 4))
+    assert _f(S.grad_accum_bytes(ctx, Plan(dp=8, zero=3, mbs=1).resolved(8), 0)) == 0.0
+    t21 = training_spec("megatron-lm-2021", seq_len=2048, global_batch=64, precision="fp16")
+    ddp = Plan(dp=8, zero=0, mbs=2).resolved(8)                              # 4 micro-batches
+    c21 = Ctx(llama, t21, 8)
+    assert _f(S.grad_accum_bytes(c21, ddp, 0)) == _f(M.stage_param_counts(c21, ddp, 0)[0]) * 4 * (2 + 2 + 2)
+    assert _f(S.grad_accum_bytes(Ctx(llama, training_spec(BASE, seq_len=2048, global_batch=64), 8), ddp, 0)) == 0.0
+    # the stage's backward carries it, spread over the micro-batches
+    fused = replace(t.rt, kernels=replace(t.rt.kernels, grad_accum="fused"))
+    tf = training_spec(fused, seq_len=4096, global_batch=64)
+    a = S.stage_times(ctx, HW, k1)[0]["first"]
+    b = S.stage_times(Ctx(llama, tf, 8), HW, k1)[0]["first"]
+    extra = _f(S.grad_accum_bytes(ctx, k1, 0)) / (HW.hbm_bw * HW.hbm_efficiency) / 16
+    assert _f(a["b"] - b["b"]) == pytest.approx(extra, rel=1e-9)
+    assert _f(a["compute"] - b["compute"]) == pytest.approx(extra, rel=1e-9)
+    assert _f(a["f"]) == _f(b["f"])

@@ -121,6 +121,7 @@ def stage_times(ctx, hw, p):
     ce = 3.0 * N.allreduce_time(hw, T * 4.0, p.tp, st["tp"])
     split = tuple(getattr(p, "layer_split", ()) or ())
     srec = tuple(getattr(p, "stage_recompute", ()) or ())
+    mb = np.maximum(micro_batches(p, ctx.train.global_batch), 1.0)
 
     def one(first, last, idx):
         Li = Mm.layers_on_stage(ctx, p, 0) if not split else _w(float(split[min(idx, len(split) - 1)]))
@@ -135,10 +136,12 @@ def stage_times(ctx, hw, p):
         block = (rc == 3) | (len(srec) > 0)
         n_rc_full = np.where(block, rl, np.where(rc == 2, Li, 0.0))
         n_rc_sel = np.where(rc == 1, Li, 0.0)
+        # summing the micro-batches' gradients (Kernels.grad_accum), spread over the micro-batches
+        acc = K.membound_time(hw, grad_accum_bytes(ctx, p, np.where(last, _w(p.pp) - 1, idx)), 0) / mb
         f = Li * (comp_f + tp_f_exp + cp_f + ep_f)
-        b = Li * (comp_b + tp_b_exp + cp_b + ep_b)
+        b = Li * (comp_b + tp_b_exp + cp_b + ep_b) + acc
         r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
-        comp = Li * (comp_f + comp_b)
+        comp = Li * (comp_f + comp_b) + acc
         tpc = Li * (tp_f_exp + tp_b_exp) + n_rc_full * tp_rc_exp
         cpc = Li * (cp_f + cp_b) + n_rc_full * cp_f
         epc = Li * (ep_f + ep_b) + n_rc_full * ep_f
@@ -174,6 +177,39 @@ def stage_times(ctx, hw, p):
     else:
         out["middle"] = one(False, False, 1)
     return out, lt, ht
+
+
+def grad_accum_bytes(ctx, p, i):
+    """HBM bytes one step spends on stage i summing its micro-batches' gradients before they are
+    reduced (`Kernels.grad_accum`), where the accumulated gradient is unsharded: replicated
+    gradients (DDP / ZeRO-1 with no_sync) or pipelined FSDP (K1). Per parameter, with b_G the width of
+    a fresh gradient and m micro-batches per step in f pipeline schedules:
+
+      fused    0 (the wgrad GEMM writes into the buffer)
+      hook     m · (2·b_r + b_G)                     main_grad (reduce width b_r) += grad, every micro-batch
+      autograd (m − f) · (2·b_a + b_G) + f · c       the first micro-batch of each schedule keeps its .grad
+               (c = b_G + b_a when FSDP2 upcasts it to b_a = b_r, else 0); experts outside FSDP (their
+               expert-DP group is one rank) accumulate at b_G
+    """
+    t = ctx.train
+    mode = t.rt.kernels.grad_accum
+    if mode == "fused":
+        return _w(0.0) * _w(p.pp)
+    dense, expert = Mm.stage_param_counts(ctx, p, i)
+    mb = np.maximum(micro_batches(p, t.global_batch), 1.0)
+    k1 = Mm.k1_active(p)
+    unsharded = (_w(p.g_mode) == 0) | k1
+    bG, br = t.b_G, t.b_G_reduce
+    if mode == "hook":
+        return np.where(unsharded, mb * (dense + expert) * (2.0 * br + bG), 0.0)
+    fl = np.where(k1, np.minimum(_w(getattr(p, "pp_flushes", 1)), mb), 1.0)
+    _, ne = Mm.shard_groups(ctx, p)
+
+    def group(psi, upcast):
+        ba = np.where(upcast, br, bG)
+        first = np.where(upcast & (br != bG), bG + ba, 0.0)
+        return psi * ((mb - fl) * (2.0 * ba + bG) + fl * first)
+    return np.where(unsharded, group(dense, k1) + group(expert, k1 & (_w(ne) > 1)), 0.0)
 
 
 def ep_unpaired_share(p, global_batch, rank):

@@ -38,6 +38,7 @@ def validate_runtime(rt) -> None:
                                 ("[kernels] moe_dispatch", k.moe_dispatch, DISPATCH),
                                 ("[kernels] loss", k.loss, ("fused", "compiled", "eager")),
                                 ("[kernels] mla_qkv", k.mla_qkv, ("fused", "eager")),
+                                ("[kernels] grad_accum", k.grad_accum, ("fused", "hook", "autograd")),
                                 ("[supports] sp", s.sp, SP_MODES), ("[supports] etp", s.etp, ETP_MODES),
                                 ("[supports] vpp_group", s.vpp_group, GROUP_MODES),
                                 ("[supports] stage_recompute", s.stage_recompute, ("uniform", "any")),

@@ -93,6 +93,17 @@ class Kernels:
     streams; the MXFP8 grouped GEMM of the Megatron-Core DeepSeek-V3 GB200 report), so each of
     the six expert GEMMs of a layer (FC1, FC2 forward; their dgrad and wgrad) pays a launch per
     local expert; TE's op fuser (`moe_fused_mlp`, expert TP 1) runs one grouped kernel instead."""
+    grad_accum: str = "autograd"
+    """How the gradients of a step's micro-batches are summed on a rank before their reduction
+    (`cost.step.grad_accum_bytes`). fused: the weight-gradient GEMMs accumulate into the gradient
+    buffer (Megatron `gradient_accumulation_fusion`, since Feb 2022: no pass of its own). hook: a
+    per-parameter hook adds each micro-batch's gradient into the main_grad buffer (Megatron-LM 2021
+    LocalDDP `param.main_grad.add_(param.grad.data)`, every micro-batch). autograd: PyTorch keeps the
+    first micro-batch's .grad and adds each later one into it (AccumulateGrad; DDP `no_sync`); FSDP2
+    without gradient sync — torch pipelining until a stage's last backward — first upcasts it to
+    the reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`, `accumulate_unsharded_grad_if_needed`).
+    Charged where the accumulated gradient is unsharded (replicated gradients, or pipelined FSDP);
+    per-micro-batch reductions accumulate 1/n shards, left out."""
     mla_qkv: str = "fused"
     """How an MLA layer (`ModelSpec.mla`, DeepSeek-V3 / Kimi K2) assembles the per-head Q, K and V
     the attention kernel reads (`compute.mla_assembly_elements`). fused: Megatron-Core's fused MLA
