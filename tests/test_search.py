@@ -654,22 +654,29 @@ def test_uneven_parents_fall_back_to_the_distributed_optimizer():
 
 
 # ---- Megatron-Core --recompute-modules as a searched knob -------------------------------------
-def test_recompute_modules_are_enumerated_for_mla_models_only_and_priced_like_estimate():
-    """The default space lists recompute_modules ([], mla_up_proj, core_attn+mla_up_proj) with
-    selective recompute: an MLA model (DeepSeek-V3) gets the two module sets as extra selective
-    options, a standard-attention model none; every such batch row costs what `estimate` of the
-    same scalar plan says (one cost function), and the rows round-trip to plans naming the modules."""
+def test_recompute_modules_are_enumerated_where_the_model_has_them_and_priced_like_estimate():
+    """The default space lists recompute_modules ([], mla_up_proj, core_attn+mla_up_proj,
+    layernorm+moe_act, mlp, mla_up_proj+mlp) with selective recompute; a set naming a module the
+    model lacks (rule R2) is skipped: a dense standard-attention model keeps [] and mlp, an all-MoE
+    model without MLA [] and layernorm+moe_act, DeepSeek-V3 (MLA, MoE and 3 dense layers) every set.
+    Every such batch row costs what `estimate` of the same scalar plan says (one cost function), and
+    the rows round-trip to plans naming the modules."""
     from autoplace.cost.step import evaluate
     from autoplace.plan import modules_code
     sp = load_space("default")
-    assert set(sp.recompute_modules) == {0, modules_code(["mla_up_proj"]), modules_code(["core_attn", "mla_up_proj"])}
-    dense = enumerate_space(_ctx(get_preset("13b"), 64, 1024, 4096), sp)
-    assert set(np.unique(dense.groups[[g.name for g in dense.groups].index("rc")].cols["rc_mods"])) == {0}
+    sets = (["mla_up_proj"], ["core_attn", "mla_up_proj"], ["layernorm", "moe_act"], ["mlp"], ["mla_up_proj", "mlp"])
+    assert set(sp.recompute_modules) == {0} | {modules_code(x) for x in sets}
+
+    def codes(ctx):
+        en = enumerate_space(ctx, sp)
+        return set(np.unique(en.groups[[g.name for g in en.groups].index("rc")].cols["rc_mods"]).tolist())
+    assert codes(_ctx(get_preset("13b"), 64, 1024, 4096)) == {0, modules_code(["mlp"])}
+    assert codes(_ctx(get_preset("qwen3-30b-a3b"), 64, 1024, 4096)) == {0, modules_code(["layernorm", "moe_act"])}
     ds = get_preset("deepseek-v3")
     ctx = Ctx(ds, TrainingSpec(seq_len=4096, global_batch=1024), 256)
     en = enumerate_space(ctx, sp)
     rc = en.groups[[g.name for g in en.groups].index("rc")]
-    assert set(np.unique(rc.cols["rc_mods"])) == {0, 2, 3}
+    assert set(np.unique(rc.cols["rc_mods"])) == {0} | {modules_code(x) for x in sets}
     assert np.all(rc.cols["rc"][rc.cols["rc_mods"] > 0] == 1)          # modules only with selective
     hw = load_hardware("GB200-NVL72")
     base = Plan(dp=256, ep=32, zero=1, recompute="selective", mbs=1).resolved(256)
@@ -708,16 +715,22 @@ def test_recompute_modules_space_cut_and_bad_values(tmp_path):
         load_space(str(f))
 
 
-def test_search_takes_mla_up_proj_where_it_pays():
-    """DeepSeek-V3 on 256 GB200 (B = 1024, seq 4096): the fastest plan that fits recomputes the MLA
-    up-projections; the best plan without named modules is slower (the module set frees the
-    activation memory a larger micro-batch / less recompute needs)."""
+def test_search_takes_named_recompute_modules_where_they_pay():
+    """DeepSeek-V3 on 256 GB200 (B = 1024, seq 4096): the fastest plan that fits names recompute
+    modules — layernorm + moe_act (the Megatron-Bridge MoE recipes' set) over the whole default
+    space, mla_up_proj when only the MLA sets are offered — and the best plan without named
+    modules is slower (the module set frees the activation memory a larger micro-batch / less
+    recompute needs)."""
+    from autoplace.plan import modules_code
     from autoplace.search.driver import run_search
     ctx = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=1024), 256)
     hw = load_hardware("GB200-NVL72")
     sp = load_space("default").with_(tp=Choice((1,)), cp=Choice((1,)), pp=Choice((1,)), ep=Choice((32, 64)))
     best = run_search(ctx, hw, sp, top_k=1)
+    mla = run_search(ctx, hw, sp.with_(recompute_modules=(0, modules_code(["mla_up_proj"]),
+                                                          modules_code(["core_attn", "mla_up_proj"]))), top_k=1)
     none = run_search(ctx, hw, sp.with_(recompute_modules=(0,)), top_k=1)
-    assert best["plans"][0].recompute_modules == ("mla_up_proj",)
+    assert best["plans"][0].recompute_modules == ("layernorm", "moe_act")
+    assert mla["plans"][0].recompute_modules == ("mla_up_proj",)
     assert none["plans"][0].recompute_modules == ()
-    assert best["steps"][0] < none["steps"][0] * 0.995
+    assert best["steps"][0] <= mla["steps"][0] < none["steps"][0] * 0.995

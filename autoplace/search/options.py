@@ -136,11 +136,15 @@ def tp_group(ctx, space: Space, deg: dict) -> OptionGroup:
 
 
 def module_codes(ctx, space: Space) -> tuple:
-    """The space's recompute_modules codes that mean distinct plans for this model: mla_up_proj
-    only on MLA models; `core_attn` alone is Megatron's default selective (code 0) when 0 is listed."""
-    m = ctx.model
-    mla = bool(getattr(m, "mla", False)) and not m.states_only
-    codes = [c for c in space.recompute_modules if mla or not c & 2]
+    """The space's recompute_modules codes that mean distinct plans for this model: a set naming a
+    module the model lacks (rule R2's `_module_misfits`: mla_up_proj without MLA, moe_act without
+    MoE layers, mlp without dense layers) is dropped; `core_attn` alone is Megatron's default
+    selective (code 0) when 0 is listed."""
+    from autoplace.placement.rules import _module_misfits
+    from autoplace.plan import modules_code
+    lacks = modules_code(("mla_up_proj", "moe_act", "mlp") if ctx.model.states_only
+                         else (name for name, _ in _module_misfits(ctx)))
+    codes = [c for c in space.recompute_modules if not c & lacks]
     if 0 in codes and 1 in codes:
         codes.remove(1)
     return tuple(codes) or (0,)
