@@ -358,6 +358,7 @@ def test_grad_accum_bytes_by_runtime():
     two = k1.with_(pp_flushes=2)                                            # two schedules: two upcasts
     assert _f(S.grad_accum_bytes(ctx, two, 0)) == psi * (14 * (4 + 2 + 4) + 2 * (2 + 4))
     assert _f(S.grad_accum_bytes(ctx, Plan(dp=8, zero=3, mbs=1).resolved(8), 0)) == 0.0
+    assert _f(S.grad_accum_bytes(ctx, k1.with_(mbs=16), 0)) == 0.0              # one micro-batch: its backward is the last
     t21 = training_spec("megatron-lm-2021", seq_len=2048, global_batch=64, precision="fp16")
     ddp = Plan(dp=8, zero=0, mbs=2).resolved(8)                              # 4 micro-batches
     c21 = Ctx(llama, t21, 8)

@@ -188,7 +188,8 @@ def grad_accum_bytes(ctx, p, i):
       fused    0 (the wgrad GEMM writes into the buffer)
       hook     m · (2·b_r + b_G)                     main_grad (reduce width b_r) += grad, every micro-batch
       autograd (m − f) · (2·b_a + b_G) + f · c       the first micro-batch of each schedule keeps its .grad
-               (c = b_G + b_a when FSDP2 upcasts it to b_a = b_r, else 0); experts outside FSDP (their
+               (c = b_G + b_a when FSDP2 upcasts it to b_a = b_r, else 0; no upcast when a schedule has a
+               single micro-batch, whose backward is also its last); experts outside FSDP (their
                expert-DP group is one rank) accumulate at b_G
     """
     t = ctx.train
@@ -207,7 +208,7 @@ def grad_accum_bytes(ctx, p, i):
 
     def group(psi, upcast):
         ba = np.where(upcast, br, bG)
-        first = np.where(upcast & (br != bG), bG + ba, 0.0)
+        first = np.where(upcast & (br != bG) & (mb > fl), bG + ba, 0.0)
         return psi * ((mb - fl) * (2.0 * ba + bG) + fl * first)
     return np.where(unsharded, group(dense, k1) + group(expert, k1 & (_w(ne) > 1)), 0.0)
 
