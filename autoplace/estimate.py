@@ -39,6 +39,14 @@ def _runtime_fields(train) -> dict:
     return {"runtime": rt.name, "runtime_set": settings_text(rt)}
 
 
+def _matmul(train, hw) -> str:
+    """The dtype the matmuls run in: the recipe's for fp8/fp4, TF32 for fp32 where it runs."""
+    if train.precision in ("fp8", "fp4"):
+        return train.precision
+    from autoplace.cost.precision import matmul_dtype
+    return matmul_dtype(train, hw)
+
+
 def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     plan = plan.resolved(world)
     ctx = Ctx(model, train, world)
@@ -52,7 +60,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "training": {"seq_len": train.seq_len, "global_batch": train.global_batch,
                      "precision": train.precision, "regime": train.regime, "attention": train.attention,
                      "states_only": train.states_only or model.states_only,
-                     "fp8_recipe": _recipe(train, hw), **_runtime_fields(train)},
+                     "fp8_recipe": _recipe(train, hw), "matmul_dtype": _matmul(train, hw),
+                     **_runtime_fields(train)},
         "plan": plan.to_dict(),
         "legal": not violations,
         "violations": [v.to_dict() for v in violations],

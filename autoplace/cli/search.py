@@ -104,10 +104,11 @@ def header_line(model, d0, outcome, space_name) -> str:
     if model.is_moe:
         ps += f", {_params(model.active_params())} active"
     tg = outcome.targets
+    prec = tr["precision"] + (" (TF32 matmuls)" if tr.get("matmul_dtype") == "tf32" else "")
     who = ", ".join(t.label for t in tg) if (len(tg) > 1 or tg[0].launcher or tg[0].runtime) else \
         "default kernels (megatron-core), any launcher"
     return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']} · "
-            f"{outcome.seq_note} · global batch {tr['global_batch']} · {tr['precision']} · {who} · "
+            f"{outcome.seq_note} · global batch {tr['global_batch']} · {prec} · {who} · "
             f"space [bold]{space_name}[/]")
 
 
