@@ -150,3 +150,100 @@ def test_export_variant_and_new_gpu_profiles_carry_their_datasheet_numbers():
     assert mi355.peak("bf16") == 2516.6e12 and mi355.memory_bytes > mi325.memory_bytes > mi3.memory_bytes
     assert [match_gpu_name(n)[0] for n in ("NVIDIA H800 80GB HBM3", "NVIDIA H20", "GH200 96GB", "AMD Instinct MI355X")] \
         == ["h800", "h20", "gh200", "mi355x"]
+
+
+def test_runtime_is_decided_from_structured_fields_not_free_text():
+    """A record whose notes compare it with NeMo is not a NeMo run: the runtime comes from the source
+    fields (citation, url, table), an explicit framework field, the plan and the year."""
+    from autoplace.validate.mapping import record_runtime
+    rec = {"id": "nemo-like-fsdp-run",
+           "source": {"citation": "A user report, 2025", "url": "https://github.com/pytorch/torchtitan/issues/1"},
+           "plan": {"dp": 8, "fsdp": True, "zero_stage": 3},
+           "notes": "faster than the NeMo 25.02 container on the same nodes; Megatron-Bridge recipe for comparison"}
+    rt, _ = record_runtime(rec, 3, True, [])
+    assert rt.name == "torchtitan"
+    plain = dict(rec, source={"citation": "A user report, 2025"})
+    assert record_runtime(plain, 3, True, [])[0].name == "torchtitan"       # FSDP in 2025 → FSDP2 (eager)
+    assert record_runtime(dict(plain, framework="NeMo 25.02"), 3, True, [])[0].name == "megatron-core-0.11"
+    # ZeRO-3 without FSDP is DeepSpeed's, whatever the notes say
+    ds = {"id": "z3", "source": {"citation": "Some paper, 2021"}, "plan": {"zero_stage": 3}, "notes": "Megatron codebase"}
+    assert record_runtime(ds, 3, False, [])[0].name == "deepspeed-2021"
+
+
+def test_megatron_embedding_and_loss_pipeline_accounting_by_hand():
+    """--account-for-embedding/loss-in-pipeline-split: 30 layers + embedding + loss = 32 units over
+    pp 4 → 8 per stage, the first and last stage one transformer layer fewer: 7, 8, 8, 7. With vpp 8
+    every virtual stage is one unit, so the embedding and the loss sit in chunks of their own — legal
+    (rule D3 relaxed), priced through the stages' layers, exported as Megatron-Core's flags."""
+    from autoplace.cost import memory as Mm
+    from autoplace.estimate import estimate
+    from autoplace.export import megatron as X
+    from autoplace.export.common import ExportJob
+    from autoplace.placement.rules import check
+    from autoplace.plan import with_pipeline_accounting
+    m = get_preset("llama3-8b").with_(layers=30)
+    tr = TrainingSpec(seq_len=4096, global_batch=64)
+    hw = load_hardware("h100-sxm-80gb")
+    ctx = Ctx(m, tr, 32)
+    plain = parse_plan("tp=1,pp=4,vpp=8,mbs=1").resolved(32)
+    acct = parse_plan("tp=1,pp=4,vpp=8,mbs=1,account_embedding=1,account_loss=1").resolved(32)
+    assert any(v.rule == "D3" for v in check(ctx, plain))
+    full = with_pipeline_accounting(acct, m.layers)
+    assert full.layer_split == (7, 8, 8, 7) and not check(ctx, full)
+    doc = estimate(m, hw, tr, acct, 32)
+    assert doc["legal"] and doc["plan"]["layer_split"] == [7, 8, 8, 7]
+    # the first stage holds 7 layers and the embedding: its dense parameters by hand
+    dense0, _ = Mm.stage_param_counts(ctx, full, 0)
+    dense1, _ = Mm.stage_param_counts(ctx, full, 1)
+    assert float(Mm.layers_on_stage(ctx, full, 0)) == 7 and float(Mm.layers_on_stage(ctx, full, 1)) == 8
+    assert float(dense0) - 7 / 8 * float(dense1) == pytest.approx(Mm.vocab_padded(ctx, full) * m.hidden, rel=1e-9)
+    # L + e + l not divisible by pp·v: one line naming the units
+    bad = parse_plan("tp=1,pp=4,vpp=8,mbs=1,account_embedding=1").resolved(32)
+    msg = [v.message for v in check(ctx, bad) if v.rule == "D3"]
+    assert msg and "31" in msg[0] and "pp·vpp = 32" in msg[0]
+    fl = dict(X.flags(ExportJob(m, hw, tr, full, 32)))
+    assert "--account-for-embedding-in-pipeline-split" in fl and "--account-for-loss-in-pipeline-split" in fl
+    assert fl["--num-virtual-stages-per-pipeline-rank"] == 8
+    assert "--num-layers-per-virtual-pipeline-stage" not in fl and "--pipeline-model-parallel-layout" not in fl
+
+
+def test_split_conformal_interval_by_hand_and_in_the_estimate():
+    """Weighted split conformal: residuals weigh 1 / their source's count and the new run adds the
+    mean weight beyond the extremes. Source A has 3 residuals (−0.1, 0, 0.1; weight ⅓ each), B one
+    (0.3; weight 1): total 2, plus 0.5 for the new run = 2.5. Quantile q is the first residual whose
+    cumulative weight reaches q·2.5: q = 0.3 → 0.75 → 0.1 (cumulative 1.0); q = 0.5 → 1.25 → 0.3
+    (2.0); q = 0.9 → 2.25 → beyond the residuals: the widest, not exact."""
+    from autoplace.cost import intervals as IV
+    from autoplace.estimate import estimate
+    items = [("A", -0.1), ("A", 0.0), ("A", 0.1), ("B", 0.3)]
+    assert IV._weighted(items, 0.9) == (0.3, False)
+    assert IV._weighted(items, 0.5) == (0.3, True) and IV._weighted(items, 0.3) == (0.1, True)
+    # a 40 % interval: upper = the 0.7 quantile (target 1.75 → 0.3); lower = −(0.7 quantile of −r),
+    # −r sorted −0.3 (weight 1), −0.1, 0, 0.1 (⅓ each): 1.75 reached at 0.1 → lower −0.1
+    lo, hi, _ = IV.bounds(items, 0.4)
+    assert hi == 0.3 and lo == -0.1
+    # a shipped estimate carries its intervals around the point prediction, 90 % at least as wide as 80 %
+    m = get_preset("llama3-8b")
+    doc = estimate(m, load_hardware("h100-sxm-80gb"), TrainingSpec(seq_len=4096, global_batch=64),
+                   parse_plan("mbs=1"), 8)
+    iv, s = doc["time"]["interval"], doc["time"]["step_s"]
+    assert iv["90"]["lo"] <= iv["80"]["lo"] <= s * 1.5 and iv["80"]["hi"] <= iv["90"]["hi"]
+    assert iv["80"]["lo"] < s < iv["80"]["hi"]
+    assert iv["80"]["class"] == "megatron-core|dense|hopper"
+    mem = doc["memory"]
+    assert mem["near_limit"] == (mem["fits"] and mem["interval"]["90"]["hi"] > mem["limit_bytes"])
+
+
+def test_confidence_turns_the_memory_bound_into_headroom():
+    """search --confidence q: a plan fits when peak·f_q ≤ capacity·(1 − headroom), i.e. the search's
+    headroom becomes 1 − (1 − h)/f_q; f_q is the q quantile of measured/predicted memory (≥ 1)."""
+    from autoplace.cli.search import _confidence
+    from autoplace.cost import intervals as IV
+    m, hw = get_preset("llama3-8b"), load_hardware("h100-sxm-80gb")
+    c = _confidence(0.9, None, m, hw, 0.1)
+    f = max(IV.quantile_factor("memory", "megatron-core", False, "hopper", 0.9), 1.0)
+    assert c["memory_factor"] == f and c["headroom"] == pytest.approx(1 - 0.9 / f)
+    assert _confidence(None, None, m, hw, 0.0) is None
+    from autoplace.errors import InputError
+    with pytest.raises(InputError, match="--confidence"):
+        _confidence(1.5, None, m, hw, 0.0)

@@ -456,7 +456,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     tp_comm = mb * bind["tp"]
     cp_comm = mb * bind["cp"]
     ep_comm = mb * bind["ep"]
-    host = mb * bind["host"]
+    host = mb * bind.get("host", 0.0)          # stage dicts without a host term (spec vectors) add none
     pp_bubble = np.maximum(T_pipe - mb * t_max, 0.0)
     stage_sum = compute + recompute + tp_comm + cp_comm + ep_comm + host
     # the slowest stage's own work may be less than m·t_max when another stage binds: move the gap to bubble
