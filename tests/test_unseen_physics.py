@@ -89,9 +89,10 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     """Qwen3-30B-A3B on Megatron-Core + TE, ep 8 → 16 local experts, 4,096 tokens, BF16. Forward
     kernels: the attention GEMMs, the router GEMM, the grouped expert GEMMs as one cuBLAS launch per
     local expert (2 × 16), one cuDNN attention kernel and the runtime's 8 memory-bound passes; the
-    backward twice the GEMMs and the attention, the memory-bound passes + 2. Each forward op costs
-    the runtime's 12 µs, each backward 8 µs, plus 40 router/dispatcher ops each way; the dropless
-    dispatcher syncs once per forward (30 µs), a capacity factor or full-iteration graphs do not."""
+    backward twice the GEMMs and the attention, the memory-bound passes + 2. A GEMM module call costs
+    the runtime's 13.5 µs each way, every other op 10 µs forward and 4 µs backward, plus 40
+    router/dispatcher ops each way; the dropless dispatcher syncs once per forward (30 µs), a capacity
+    factor or full-iteration graphs do not; a Grace host (GB200) issues them 2.75× slower."""
     from autoplace.cost import host as HO
     from autoplace.runtimes.switches import apply_settings
     ctx = Ctx(get_preset("qwen3-30b-a3b"), TrainingSpec(seq_len=4096, global_batch=64), 8)
@@ -102,10 +103,14 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     kern_f = n_attn + 1 + 2 * 16 + 1 + 8
     kern_b = 2 * (n_attn + 1) + 4 * 16 + 2 + 8 + 2
     assert float(lt["kern_f"]) == kern_f and float(lt["kern_b"]) == kern_b
+    g = n_attn + 1 + 2                               # GEMM module calls: attention, router, two grouped experts
+    assert float(lt["gemm_ops"]) == g
     h_f, h_b, sync = HO.layer_host_times(ctx, hw, lt)
-    assert float(h_f) == pytest.approx((kern_f + 40) * 12e-6, rel=1e-12)
-    assert float(h_b) == pytest.approx((kern_b + 40) * 8e-6, rel=1e-12)
+    assert float(h_f) == pytest.approx((kern_f - g + 40) * 10e-6 + g * 13.5e-6, rel=1e-12)
+    assert float(h_b) == pytest.approx((kern_b - g + 40) * 4e-6 + g * 13.5e-6, rel=1e-12)
     assert sync == pytest.approx(30e-6)
+    gh = HO.layer_host_times(ctx, load_hardware("gb200-nvl72"), lt)
+    assert float(gh[0]) == pytest.approx(2.75 * float(h_f), rel=1e-12)
     # a capacity factor makes the dispatch sync-free; full-iteration CUDA graphs leave no host ops
     assert HO.layer_host_times(Ctx(m, ctx.train.with_(moe_capacity_factor=1.0), 8), hw, lt)[2] == 0.0
     rt = apply_settings(load_runtime("megatron-core"), ["cuda_graphs=full_iteration"])

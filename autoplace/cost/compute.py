@@ -375,7 +375,7 @@ def layer_compute_times(ctx, hw, p):
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
             "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
             "quant": membound_time(hw, quant_f + quant_b, 0),
-            "kern_f": kern_f, "kern_b": kern_b, "kern_exp_f": n_exp_ops + eager_kf, "kern_exp_b": 2.0 * n_exp_ops + eager_kb,
+            "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf, "kern_exp_b": 2.0 * n_exp_ops + eager_kb,
             "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0)}
 
 

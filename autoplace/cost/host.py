@@ -2,12 +2,14 @@
 
 Per layer and micro-batch, one rank (numpy-broadcastable):
 
-  H_f = (ops_f + ops_moe) · c_f · x,   H_b = ops_b · c_b · x + ops_moe · c_b · x
+  H_f = ((ops_f − g + ops_moe)·c_f + g·c_gemm)·x,   H_b = ((ops_b − g + ops_moe)·c_b + g·c_gemm_b)·x
 
-ops the kernels one layer issues (`compute.layer_compute_times`: kern_f / kern_b), ops_moe the router
-and dispatcher bookkeeping of a MoE layer (runtime `[host] moe_ops`), c_f / c_b the runtime's host
-time per forward / backward op (`[host] fwd_op_us`, `bwd_op_us`), x the host CPU class
-(`hw.host_op_factor`). CUDA graphs collapse the ops they capture into one replay: per-layer graphs
+ops the kernels one layer issues (`compute.layer_compute_times`: kern_f / kern_b), g of them GEMM
+module calls (gemm_ops; a module's backward runs its dgrad and wgrad), ops_moe the router and dispatcher bookkeeping
+of a MoE layer (runtime `[host] moe_ops`), c_f / c_b the runtime's host time per forward / backward
+op and c_gemm / c_gemm_b per GEMM module (`[host] fwd_op_us`, `bwd_op_us`, `gemm_op_us`,
+`gemm_bwd_op_us`), x the host CPU class (`hw.host_op_factor`: Grace runs PyTorch's op path ~2.5×
+slower than a Xeon 8480C, TransformerEngine issue #2053). CUDA graphs collapse the ops they capture into one replay: per-layer graphs
 (`kernels.cuda_graphs`) leave only the routed experts and the dispatcher eager when the experts are
 outside them (`kernels.cuda_graph_experts` false), full-iteration graphs leave nothing.
 
@@ -39,18 +41,21 @@ def layer_host_times(ctx, hw, lt):
     exp_f, exp_b = _w(lt["kern_exp_f"]) * per_exp, _w(lt["kern_exp_b"]) * per_exp
     ops_f = _w(lt["kern_f"]) - _w(lt["kern_exp_f"]) + exp_f
     ops_b = _w(lt["kern_b"]) - _w(lt["kern_exp_b"]) + exp_b
+    # GEMM module calls cost their own (`gemm_op_us`, `gemm_bwd_op_us`) in place of a plain op each
+    g = _w(lt["gemm_ops"])
+    gf = (H.gemm_op_us * 1e-6 * x - cf) if H.gemm_op_us else 0.0
+    gb = (H.gemm_bwd_op_us * 1e-6 * x - cb) if H.gemm_bwd_op_us else 0.0
     moe = fm * H.moe_ops
     full_graph = kern.cuda_graphs and kern.cuda_graph_experts
     if full_graph:
         return _w(0.0) * ops_f, _w(0.0) * ops_b, 0.0
-    if kern.cuda_graphs:
-        # per-layer graphs: the captured part is one replay; the experts and dispatcher stay eager
-        ops_f = 1.0 + exp_f + moe
-        ops_b = 1.0 + exp_b + moe
-    else:
-        ops_f, ops_b = ops_f + moe, ops_b + moe
     sync = fm * H.sync_us * 1e-6 * x if (m.is_moe and H.dropless_sync and not t.moe_capacity_factor) else 0.0
-    return ops_f * cf, ops_b * cb, sync
+    if kern.cuda_graphs:
+        # per-layer graphs: the captured part is one replay; the experts (their two grouped-GEMM
+        # modules) and the dispatcher stay eager
+        ge = np.minimum(g, 2.0 * fm)
+        return (1.0 + exp_f + moe) * cf + ge * gf, (1.0 + exp_b + moe) * cb + ge * gb, sync
+    return (ops_f + moe) * cf + g * gf, (ops_b + moe) * cb + g * gb, sync
 
 
 def exposed(D_f, D_b, H_f, H_b, sync):

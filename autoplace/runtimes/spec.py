@@ -373,6 +373,12 @@ class Host:
     bwd_op_us: float = 4.0
     """Host time per backward kernel the autograd engine issues (C++ dispatch + launch; a Python
     autograd.Function backward costs `fwd_op_us`), µs."""
+    gemm_op_us: float = 0.0
+    """Host time per forward GEMM module call (nn.Linear / TE Linear / a grouped-GEMM module), µs;
+    0 → fwd_op_us."""
+    gemm_bwd_op_us: float = 0.0
+    """Host time per GEMM module's backward (TE runs it as a Python autograd.Function), µs;
+    0 → bwd_op_us."""
     moe_ops: float = 40.0
     """Ops of one MoE layer's router and token dispatcher per forward beyond its GEMMs and the
     memory-bound passes the kernels count (top-k, histogram, index and split bookkeeping, the
