@@ -24,6 +24,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     tr = doc.get("training") or {}
     if tr.get("runtime"):
         con.print(f"runtime {tr['runtime']}" + (f" ({', '.join(tr['runtime_set'])})" if tr.get("runtime_set") else ""))
+    if tr.get("matmul_dtype") == "tf32":
+        con.print("precision fp32: matmuls run as TF32 on this GPU (NVIDIA containers set "
+                  "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; --runtime-set precision.fp32_matmul_tf32=false for true FP32)")
     if not doc["legal"]:
         t = Table(title="illegal plan: violated rules", title_style="bold red")
         t.add_column("rule")
