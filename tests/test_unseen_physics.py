@@ -252,3 +252,20 @@ def test_confidence_turns_the_memory_bound_into_headroom():
     from autoplace.errors import InputError
     with pytest.raises(InputError, match="--confidence"):
         _confidence(1.5, None, m, hw, 0.0)
+
+
+def test_capacity_factor_from_the_record_and_the_cli_makes_the_dispatch_sync_free():
+    """A record's workload knob moe_expert_capacity_factor (token dropping) maps to
+    TrainingSpec.moe_capacity_factor: no device → host sync per MoE layer; dropless keeps it."""
+    from autoplace.cost import host as HO
+    from autoplace.validate.mapping import map_training
+    rt = load_runtime("megatron-core")
+    rec = {"id": "cf", "source": {"citation": "x, 2026"}, "plan": {"precision": "bf16"},
+           "notes": 'workload-config knobs: {"moe_expert_capacity_factor": 1.25}'}
+    tr = map_training(rec, rt, 4096, 64, [])
+    assert tr.moe_capacity_factor == 1.25
+    assert map_training(dict(rec, notes=""), rt, 4096, 64, []).moe_capacity_factor == 0.0
+    ctx = Ctx(get_preset("qwen3-30b-a3b"), tr, 8)
+    hw = load_hardware("h100-sxm-80gb")
+    lt = K.layer_compute_times(ctx, hw, parse_plan("ep=8,mbs=1").resolved(8))
+    assert HO.layer_host_times(ctx, hw, lt)[2] == 0.0

@@ -202,6 +202,10 @@ def map_training(rec: dict, rt, seq_len: int, global_batch: int, assumptions: li
     elif d.eager_attention:
         assumptions.append(f"{rt.name}: attention materializes the scores (fused softmax), dropout "
                            + ("on" if d.attention_dropout else "off"))
+    cf = workload_knobs(rec).get("moe_expert_capacity_factor")
+    if isinstance(cf, (int, float)) and not isinstance(cf, bool) and cf > 0:
+        kw["moe_capacity_factor"] = float(cf)        # token dropping: the dispatch does not sync
+        assumptions.append(f"MoE capacity factor {cf:g} from the record's workload knobs (sync-free dispatch)")
     if prec in ("fp8", "fp4"):
         if recipe and recipe not in rt.precision.fp8_recipes:
             raise Skip(f"precision '{ptxt}': {rt.name} has no '{recipe}' recipe")
