@@ -14,6 +14,7 @@ from autoplace.cost import memory as M
 from autoplace.cost.step import BREAKDOWN, evaluate
 from autoplace.placement import compose
 from autoplace.placement.rules import Ctx, check, notes
+from autoplace.plan import with_pipeline_accounting
 
 
 def _f(x) -> float:
@@ -39,8 +40,31 @@ def _runtime_fields(train) -> dict:
     return {"runtime": rt.name, "runtime_set": settings_text(rt)}
 
 
+def _matmul(train, hw) -> str:
+    """The dtype the matmuls run in: the recipe's for fp8/fp4, TF32 for fp32 where it runs."""
+    if train.precision in ("fp8", "fp4"):
+        return train.precision
+    from autoplace.cost.precision import matmul_dtype
+    return matmul_dtype(train, hw)
+
+
+def _intervals(model, hw, train, kind: str, x: float) -> dict:
+    """{"80": {...}, "90": {...}}: the prediction x's split-conformal interval at each level
+    (autoplace.cost.intervals; empty where no residuals are shipped)."""
+    from autoplace.cost import intervals as IV
+    out = {}
+    for lv in (0.8, 0.9):
+        iv = IV.interval(kind, train.rt.name, bool(model.is_moe), getattr(hw, "arch", ""), lv)
+        if iv:
+            out[f"{round(lv * 100)}"] = {"lo": x * iv["lo"], "hi": x * iv["hi"], "class": iv["class"],
+                                         "pool": iv["pool"], "n": iv["n"], "exact": iv["exact"]}
+    return out
+
+
 def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     plan = plan.resolved(world)
+    if not (train.states_only or model.states_only):
+        plan = with_pipeline_accounting(plan, model.layers)
     ctx = Ctx(model, train, world)
     violations = check(ctx, plan)
     doc = {
@@ -52,7 +76,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "training": {"seq_len": train.seq_len, "global_batch": train.global_batch,
                      "precision": train.precision, "regime": train.regime, "attention": train.attention,
                      "states_only": train.states_only or model.states_only,
-                     "fp8_recipe": _recipe(train, hw), **_runtime_fields(train)},
+                     "fp8_recipe": _recipe(train, hw), "matmul_dtype": _matmul(train, hw),
+                     **_runtime_fields(train)},
         "plan": plan.to_dict(),
         "legal": not violations,
         "violations": [v.to_dict() for v in violations],
@@ -83,7 +108,10 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "limit_bytes": _f(limit),
         "fits": peak <= limit,
         "activation_bytes_per_layer": _f(M.activation_bytes_per_layer(ctx, plan)),
+        "interval": _intervals(model, hw, train, "memory", peak),
     }
+    hi90 = (doc["memory"]["interval"].get("90") or {}).get("hi", peak)
+    doc["memory"]["near_limit"] = bool(peak <= limit < hi90)       # fits, but not at its 90 % upper bound
     doc["communication"] = {"bytes_per_step": comm, "per_stage": per_stage_comm}
     if not states_only:
         ev = evaluate(ctx, hw, plan, headroom)
@@ -97,5 +125,6 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
                              "cp_comm": _f(ev["cp_comm_overlapped"])},
             "bubble_fraction": _f(ev["bubble_fraction"]),
             "micro_batches": _f(ev["micro_batches"]),
+            "interval": _intervals(model, hw, train, "step", _f(ev["step_s"])),
         }
     return doc

@@ -62,6 +62,7 @@ _ALIASES = {
     "order": "rank_order", "reshard": "reshard_after_forward", "pp_flushes": "pp_flushes", "flushes": "pp_flushes",
     "reshard_after_forward": "reshard_after_forward", "tp_overlap": "tp_overlap", "tp_async": "tp_async", "dp_bucket_mb": "dp_bucket_mb", "bucket_mb": "dp_bucket_mb",
     "dp_overlap": "dp_overlap", "ep_overlap": "ep_overlap", "bwd_prefetch": "bwd_prefetch", "fetch_sync": "fetch_sync", "layer_split": "layer_split", "stage_recompute": "stage_recompute",
+    "account_embedding": "account_embedding", "account_loss": "account_loss",
     "dp_modes": "dp_modes", "modes": "dp_modes", "zero_axes": "zero_axes", "omit": "omit",
 }
 
@@ -153,6 +154,13 @@ class Plan:
     # ---- non-uniform stages (CP-SAT) -------------------------------------------------------------
     layer_split: tuple = ()
     """Uneven layers per stage; () → even L/pp."""
+    account_embedding: bool = False
+    """The embedding counts as one layer in the pipeline split (Megatron-Core
+    --account-for-embedding-in-pipeline-split): the first (virtual) stage holds one transformer layer
+    fewer — none when it holds the embedding alone (`with_pipeline_accounting`)."""
+    account_loss: bool = False
+    """The output layer and loss count as one layer (--account-for-loss-in-pipeline-split): the last
+    (virtual) stage holds one transformer layer fewer."""
     stage_recompute: tuple = ()
     """Per-stage number of fully recomputed layers."""
     # ---- expert controls -------------------------------------------------------------------------
@@ -427,6 +435,22 @@ def _mode_codes(text: str) -> tuple[int, int, int]:
         return _PMODES[p], _GMODES[g], _OMODES[o]
     except KeyError:
         raise InputError(f"--plan: dp_modes '{text}': P in R|SG|SG-hold, G in R|S, O in R|S") from None
+
+
+def with_pipeline_accounting(plan: "Plan", layers: int) -> "Plan":
+    """The plan with Megatron-Core's embedding / loss pipeline accounting made explicit as a
+    layer_split: L + e + l units (e, l = 1 when the embedding / loss count as a layer) split evenly
+    over the pp·v (virtual) stages, the embedding's unit taken off the first and the loss's off the
+    last (megatron/core/transformer/transformer_block.py get_num_layers_to_build). Unchanged without
+    the flags, with an explicit layer_split, or when pp·v does not divide L + e + l (rule D3 says so)."""
+    e, lo = int(bool(plan.account_embedding)), int(bool(plan.account_loss))
+    if not (e or lo) or plan.layer_split or plan.pp < 2 or (layers + e + lo) % (plan.pp * plan.v):
+        return plan
+    per = (layers + e + lo) // plan.pp
+    split = [per] * plan.pp
+    split[0] -= e
+    split[-1] -= lo
+    return replace(plan, layer_split=tuple(split))
 
 
 def lighter_ends_split(layers: int, pp: int) -> tuple:

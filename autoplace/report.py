@@ -24,6 +24,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     tr = doc.get("training") or {}
     if tr.get("runtime"):
         con.print(f"runtime {tr['runtime']}" + (f" ({', '.join(tr['runtime_set'])})" if tr.get("runtime_set") else ""))
+    if tr.get("matmul_dtype") == "tf32":
+        con.print("precision fp32: matmuls run as TF32 on this GPU (NVIDIA containers set "
+                  "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; --runtime-set precision.fp32_matmul_tf32=false for true FP32)")
     if not doc["legal"]:
         t = Table(title="illegal plan: violated rules", title_style="bold red")
         t.add_column("rule")
@@ -33,8 +36,11 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
         con.print(t)
         return
     mem = doc["memory"]
+    miv = (mem.get("interval") or {}).get("90")
     t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
-                    f"{'fits' if mem['fits'] else 'DOES NOT FIT'}")
+                    f"{'fits' if mem['fits'] else 'DOES NOT FIT'}"
+                    + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}" if miv else "")
+                    + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else ""))
     cols = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead", "total")
     t.add_column("stage", justify="right")
     for c in cols:
@@ -55,6 +61,9 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
         tm = doc["time"]
         con.print(f"[bold]step {tm['step_s']:.3f} s[/] · {tm['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
                   f"MFU {tm['mfu']:.1%} · HFU {tm['hfu']:.1%} · {tm['tflops_per_gpu']:.0f} TFLOP/s/GPU")
+        for lv, iv in (tm.get("interval") or {}).items():
+            con.print(f"[dim]step {lv} % interval {iv['lo']:.3f}–{iv['hi']:.3f} s (from the published runs of "
+                      f"class {iv['pool']}, n = {iv['n']}{'' if iv['exact'] else ', widest residual'})[/]")
         tt = Table(title="step-time breakdown (after overlap)")
         tt.add_column("term")
         tt.add_column("seconds", justify="right")

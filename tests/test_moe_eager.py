@@ -70,7 +70,9 @@ def test_a_model_without_expert_bias_or_clamp_is_untouched():
     # the op fuser's one grouped kernel replaces TE GroupedLinear's launch per local expert (six
     # expert GEMMs, 128 / 8 = 16 experts): the only term it moves for a model without bias or clamp
     ko = load_hardware("b200").kernel_overhead_s
-    assert all(float(a[k]) == float(b[k]) for k in a if k not in ("elem_f", "elem_b"))
+    kern = ("kern_f", "kern_b", "kern_exp_f", "kern_exp_b")          # launch counts (host ops) move with them
+    assert all(float(a[k]) == float(b[k]) for k in a if k not in ("elem_f", "elem_b") + kern)
+    assert (float(a["kern_f"] - b["kern_f"]), float(a["kern_b"] - b["kern_b"])) == (2 * 15, 4 * 15)
     assert float(a["elem_f"] - b["elem_f"]) == pytest.approx(2 * 15 * ko, rel=1e-9)
     assert float(a["elem_b"] - b["elem_b"]) == pytest.approx(4 * 15 * ko, rel=1e-9)
 
@@ -78,7 +80,7 @@ def test_a_model_without_expert_bias_or_clamp_is_untouched():
 def test_fused_mlp_moves_elementwise_time_and_the_clamped_copy_only():
     rt = load_runtime("megatron-core")
     (a, ma), (b, mb) = _layer(OSS, rt), _layer(OSS, apply_settings(rt, ["moe_fused_mlp=true"]))
-    moved = {"elem_f", "elem_b"}
+    moved = {"elem_f", "elem_b", "kern_f", "kern_b", "kern_exp_f", "kern_exp_b"}
     assert all(float(a[k]) == float(b[k]) for k in set(a) - moved)
     assert all(float(a[k]) > float(b[k]) for k in moved)
     hw = load_hardware("b200")

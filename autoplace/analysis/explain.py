@@ -22,6 +22,7 @@ TERM_KNOBS = {
     "pp_comm": ("pp", "vpp", "mbs"),
     "cp_comm": ("cp",),
     "ep_comm": ("ep",),
+    "host": ("mbs", "ep", "tp"),
     "optimizer": ("zero", "offload", "dp"),
     "offload": ("offload", "offload_fraction"),
     "overhead": (),
@@ -30,7 +31,8 @@ TERM_WORDS = {
     "compute": "compute", "recompute": "recomputation", "tp_comm": "exposed tensor-parallel communication",
     "dp_comm_exposed": "exposed data-parallel communication", "pp_bubble": "the pipeline bubble",
     "pp_comm": "pipeline point-to-point communication", "cp_comm": "exposed context-parallel communication",
-    "ep_comm": "expert-parallel all-to-all", "optimizer": "the optimizer step", "offload": "host offload traffic",
+    "ep_comm": "expert-parallel all-to-all",
+    "host": "host time the GPU waits for (kernel launches, the dropless MoE sync)", "optimizer": "the optimizer step", "offload": "host offload traffic",
     "overhead": "fixed per-step overhead",
 }
 

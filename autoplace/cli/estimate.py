@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         runtime_set: Optional[List[str]] = typer.Option(None, "--runtime-set", help=RUNTIME_SET_HELP),
         attention: str = typer.Option("flash", "--attention", help="flash | eager"),
         dropout: bool = typer.Option(False, "--dropout/--no-dropout"),
+        moe_capacity_factor: float = typer.Option(0.0, "--moe-capacity-factor", help="MoE expert capacity factor (token dropping, sync-free dispatch); 0 = dropless, which syncs device → host once per MoE layer"),
         plan: Optional[str] = typer.Option(None, "--plan", help='e.g. "tp=8,pp=4,zero=1,sp=1,recompute=selective,mbs=1"'),
         plan_file: Optional[str] = typer.Option(None, "--plan-file", help="plan.json written by search --emit"),
         states_only: bool = typer.Option(False, "--states-only", help="P+G+O memory and DP traffic only (ZeRO accounting)"),
@@ -82,7 +83,8 @@ def register(app: typer.Typer) -> None:
                 global_batch = max(r.dp, 1) * r.mbs
             train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world,
                                       runtime=resolve_runtime(runtime, runtime_set), fp8_recipe=fp8_recipe)
-            train = replace(train, attention=attention, dropout=dropout, states_only=states_only)
+            train = replace(train, attention=attention, dropout=dropout, states_only=states_only,
+                            moe_capacity_factor=moe_capacity_factor)
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
         doc = run(m, hw, train, p, world, headroom)

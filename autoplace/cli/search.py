@@ -104,10 +104,11 @@ def header_line(model, d0, outcome, space_name) -> str:
     if model.is_moe:
         ps += f", {_params(model.active_params())} active"
     tg = outcome.targets
+    prec = tr["precision"] + (" (TF32 matmuls)" if tr.get("matmul_dtype") == "tf32" else "")
     who = ", ".join(t.label for t in tg) if (len(tg) > 1 or tg[0].launcher or tg[0].runtime) else \
         "default kernels (megatron-core), any launcher"
     return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']} · "
-            f"{outcome.seq_note} · global batch {tr['global_batch']} · {tr['precision']} · {who} · "
+            f"{outcome.seq_note} · global batch {tr['global_batch']} · {prec} · {who} · "
             f"space [bold]{space_name}[/]")
 
 
@@ -235,6 +236,7 @@ def register(app: typer.Typer) -> None:
         diverse: bool = typer.Option(False, "--diverse", help="best plan of each family (DP-only, TP, PP, CP, EP, offload) instead of the top-k"),
         plot: Optional[str] = typer.Option(None, "--plot", help="write PNG pictures of the winner to DIR"),
         report: Optional[str] = typer.Option(None, "--report", help="write a self-contained HTML report to FILE.html"),
+        confidence: Optional[float] = typer.Option(None, "--confidence", help="e.g. 0.9: keep plans whose peak memory fits at its upper prediction bound, rank by that quantile of step time (intervals from the published runs)"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
@@ -260,6 +262,9 @@ def register(app: typer.Typer) -> None:
             raise InputError("search needs a model shape (--model preset or config.json)")
         hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
         sp = load_space(space)
+        conf = _confidence(confidence, runtime, m, hw, headroom)
+        if conf:
+            headroom = conf["headroom"]
         prog = _LazyProgress(f"search {m.name} on {world} GPUs")
         k_search = max(top_k, 8 * profile_top) if profile_top else top_k
         try:
@@ -297,6 +302,8 @@ def register(app: typer.Typer) -> None:
             result = dict(result, plans=[q for _, _, q in fams], steps=[s_ for _, s_, _ in fams])
             outcome.ranked = [(q, s_, t0) for _, s_, q in fams]
         docs = _ranked_docs(m, hw, outcome, world, headroom)
+        if conf:
+            docs, result = _rank_by_quantile(docs, result, m, hw, conf)
         stats = result["stats"]
         profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
                             out_dir=profile_out) if profile_top else None
@@ -310,6 +317,8 @@ def register(app: typer.Typer) -> None:
                                  "error": str(t.error) if t.error else None} for t in outcome.targets]}
             if fam_names is not None:
                 doc["families"] = fam_names
+            if conf:
+                doc["confidence"] = {k: v for k, v in conf.items() if k != "headroom"}
             if outcome.best_per_launcher:
                 doc["best_per_launcher"] = {
                     n: ({"plan": v[0].resolved(world).to_dict(), "step_s": v[1], "runtime": v[2].runtime.name}
@@ -323,11 +332,60 @@ def register(app: typer.Typer) -> None:
             if not con.is_terminal:
                 con = Console(width=170)
             render(result, docs, train_note, t0.space, explain, con, outcome=outcome, model=m, families=fam_names)
+            if conf:
+                con.print(f"[dim]--confidence {conf['q']:g}: peak memory must fit at its {conf['q']:.0%} upper bound "
+                          f"(× {conf['memory_factor']:.3f}, class pool {conf['memory_pool']}); ranked by the "
+                          f"{conf['q']:.0%} quantile of step time (column 'step s' is that quantile)[/]")
         if emit:
             _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
         if plot or report:
             from autoplace.cli.visuals import search_visuals
             search_visuals(m, hw, train, result["plans"][0], world, docs, stats, fam_names, plot, report)
+
+
+def _confidence(q, runtime, model, hw, headroom) -> dict | None:
+    """--confidence q: the memory factor at quantile q of measured/predicted peak memory
+    (autoplace.cost.intervals) and the headroom that makes `peak ≤ limit` mean `peak·factor ≤
+    capacity·(1 − headroom)`."""
+    if q is None:
+        return None
+    from autoplace.errors import InputError
+    if not 0.5 <= q < 1.0:
+        raise InputError(f"--confidence must be in [0.5, 1), e.g. 0.9; got {q}")
+    from autoplace.cost import intervals as IV
+    from autoplace.runtimes import DEFAULT_RUNTIME, load_runtime
+    rt = load_runtime(runtime or DEFAULT_RUNTIME).name
+    res = IV.table().get("memory") or {}
+    items, pool = IV.pooled(res, IV.class_key(rt, bool(model.is_moe), getattr(hw, "arch", ""))) if res else ([], "")
+    factor = max(IV.quantile_factor("memory", rt, bool(model.is_moe), getattr(hw, "arch", ""), q), 1.0)
+    return {"q": q, "memory_factor": factor, "memory_pool": pool or "none", "memory_n": len(items),
+            "headroom": 1.0 - (1.0 - headroom) / factor}
+
+
+def _rank_by_quantile(docs, result, model, hw, conf):
+    """Docs re-ranked by the q quantile of step time (each under its own runtime's class); the
+    quantile replaces the point estimate in the docs' time (the point estimate kept as step_point_s)."""
+    from autoplace.cost import intervals as IV
+    q = conf["q"]
+    order = []
+    for i, d in enumerate(docs):
+        rt = (d.get("search") or {}).get("runtime") or d["training"].get("runtime") or "megatron-core"
+        f = IV.quantile_factor("step", rt, bool(model.is_moe), getattr(hw, "arch", ""), q)
+        tm = d["time"]
+        tm["step_point_s"] = tm["step_s"]
+        tm["step_s"] = tm["step_s"] * f
+        tm["tokens_per_s_per_gpu"] = tm["tokens_per_s_per_gpu"] / f
+        tm["mfu"] = tm["mfu"] / f
+        tm["quantile"] = q
+        order.append((tm["step_s"], i))
+    order.sort()
+    idx = [i for _, i in order]
+    docs = [docs[i] for i in idx]
+    result = dict(result)
+    if len(result.get("plans", [])) == len(idx):
+        result["plans"] = [result["plans"][i] for i in idx]
+        result["steps"] = [docs[k]["time"]["step_s"] for k in range(len(idx))]
+    return docs, result
 
 
 def _stats_json(stats: dict, train_note: str) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 
 from autoplace.cost.memory import _w, vocab_padded
 from autoplace.cost.network import eager_kernel_overhead
-from autoplace.cost.precision import GemmFormat
+from autoplace.cost.precision import GemmFormat, matmul_dtype
 
 
 def _ceil_to(x, q):
@@ -94,6 +94,17 @@ def membound_time(hw, nbytes, kernels):
     return _w(nbytes) / (hw.hbm_bw * hw.hbm_efficiency) + _w(kernels) * hw.kernel_overhead_s
 
 
+def expert_token_share(p):
+    """Routed-expert tokens one rank processes per token of its micro-batch (T = mbs·s/cp).
+
+    Under sequence parallelism the MoE layer's input is the rank's T/tp sequence shard: Megatron-Core
+    routes and dispatches only those (`MoELayer` requires SP with TP; the all-to-all dispatcher sends
+    the local T/tp·top_k tokens over EP, `cost.comm.ep_bytes_per_layer`), and the expert-TP group
+    all-gathers them after the all-to-all (× etp; `MoEAlltoAllTokenDispatcher`, tp_size > 1), so each
+    expert GEMM runs on T·top_k·etp/tp rows. Without SP every TP rank holds all T tokens: 1."""
+    return np.where(_w(p.sp) > 0, _w(p.t_exp) / _w(p.tp), 1.0)
+
+
 def causal_factor(train):
     """Share of the s² attention square computed: ½ for causal flash kernels, 1 for eager."""
     return 0.5 if train.attention == "flash" else 1.0
@@ -155,8 +166,7 @@ def head_dim_factor(hw, model, rate128):
 
 def gemm_peak(hw, train):
     """The peak the job's transformer GEMMs run at (MFU's denominator)."""
-    return GemmFormat(train, hw).peak if train.precision in ("fp8", "fp4") else \
-        hw.peak(train.precision if train.precision in ("fp16", "fp32") else "bf16")
+    return GemmFormat(train, hw).peak if train.precision in ("fp8", "fp4") else hw.peak(matmul_dtype(train, hw))
 
 
 def attention_linears_rank(model, tp):
@@ -200,7 +210,7 @@ def layer_compute_times(ctx, hw, p):
     T = _w(p.mbs) * t.seq_len / cp                         # GEMM rows (tokens) per rank
     bA = t.b_A
     fmt = GemmFormat(t, hw)
-    peak16 = hw.peak("bf16") if t.precision != "fp32" else hw.peak("fp32")
+    peak16 = hw.peak("bf16") if t.precision != "fp32" else hw.peak(matmul_dtype(t, hw))   # fp32: TF32 where it runs
     gb = fmt.bytes
     share16 = fmt.bf16_share
 
@@ -216,6 +226,8 @@ def layer_compute_times(ctx, hw, p):
 
     h = m.hidden
     fm = m.n_moe_layers / m.layers if m.is_moe else 0.0
+    t_sp = np.where(_w(p.sp) > 0, tp, 1.0)
+    g_exp = expert_token_share(p)                          # routed-expert rows per token (T/tp·etp under SP)
     gf = gbk = flops = wgrad_col = _w(0.0)
     mm_f = []                                              # forward time of each matmul, execution order
     q_in = q_out = _w(0.0)                                 # elements quantized per token: GEMM inputs (fwd), output grads (bwd)
@@ -223,6 +235,8 @@ def layer_compute_times(ctx, hw, p):
     kv_share = (2 * m.kv_width / (m.q_width + 2 * m.kv_width)) / 2 if not m.mla else 0.0   # wk of wq,wk,wv
     up_f = _w(0.0)                                         # MLA q/kv up-projections, forward (mla_up_proj recompute)
     names = [nm for nm, *_ in m.attn_linears()]
+    n_gemm = float(len(names))                              # GEMM launches per forward (host ops)
+    n_exp_ops = _w(0.0)                                     # … of them the routed experts' (outside per-layer graphs)
     for nm, (N, K, col) in zip(names, attention_linears_rank(m, tp)):
         f, b = gemm(T, N, K)
         gf, gbk, flops = gf + f, gbk + b, flops + 2 * T * N * K
@@ -242,6 +256,7 @@ def layer_compute_times(ctx, hw, p):
             f, b = gemm(T, N, K)
             gf, gbk, flops = gf + (1 - fm) * f, gbk + (1 - fm) * b, flops + (1 - fm) * 2 * T * N * K
             mlp_gf = mlp_gf + (1 - fm) * f
+            n_gemm = n_gemm + (1 - fm)
             mm_f.append((1 - fm) * f)
             sac_rc = sac_rc + (1 - fm) * f * ((0.5 if m.gated_mlp else 0.0) if col else (0.0 if m.gated_mlp else 1.0))
             if col:
@@ -249,7 +264,7 @@ def layer_compute_times(ctx, hw, p):
             q_in, q_out = q_in + (1 - fm) * K, q_out + (1 - fm) * N
     if fm > 0:
         fe = m.f_expert / _w(p.t_exp)
-        Me = T * m.top_k                                   # tokens routed to this rank's experts (balanced)
+        Me = T * g_exp * m.top_k                           # tokens routed to this rank's experts (balanced)
         n_local = m.num_experts / _w(p.ep)
         Mper = Me / n_local                                # per expert GEMM rows
         for (N, K, col) in ((gmul * fe, h, True), (h, fe, False)):
@@ -259,12 +274,14 @@ def layer_compute_times(ctx, hw, p):
                 f, b = gemm(Mper, N, K)
                 f, b = n_local * f, n_local * b
             gf, gbk = gf + fm * f, gbk + fm * b
+            n_exp_ops = n_exp_ops + fm * (1.0 if kern.moe_grouped_gemm else n_local)
             flops = flops + fm * 2 * Me * N * K
             mm_f.append(fm * f)
             sac_rc = sac_rc + fm * f * ((0.5 if m.gated_mlp else 0.0) if col else (0.0 if m.gated_mlp else 1.0))
-            q_in, q_out = q_in + fm * m.top_k * K, q_out + fm * m.top_k * N
-        f, b = gemm_fwd_bwd(hw, T, m.num_experts, h, bA, peak16)   # router (BF16/FP32)
-        gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T * m.num_experts * h
+            q_in, q_out = q_in + fm * g_exp * m.top_k * K, q_out + fm * g_exp * m.top_k * N
+        f, b = gemm_fwd_bwd(hw, T / t_sp, m.num_experts, h, bA, peak16)   # router (BF16/FP32), local tokens
+        gf, gbk, flops = gf + fm * f, gbk + fm * b, flops + fm * 2 * T / t_sp * m.num_experts * h
+        n_gemm = n_gemm + fm * (1.0 + (2.0 if m.shared_expert_ffn_hidden else 0.0))
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden / tp
             for (N, K) in ((gmul * fs, h), (h, fs)):
@@ -303,7 +320,6 @@ def layer_compute_times(ctx, hw, p):
         attn_elem_b = membound_time(hw, sq * (3 * bA + drop * (2 * bA + 1)), 1 + drop)
     flops = flops + attn_flops
     # elementwise: norms, residual(+dropout), activation, rotary — passes from the runtime's kernels
-    t_sp = np.where(_w(p.sp) > 0, tp, 1.0)
     drop = 1.0 if t.dropout else 0.0
     norm_passes = kern.rmsnorm_passes if m.norm == "rmsnorm" else 2.0
     h_bytes = T * h * ((2 * norm_passes + 2 * kern.residual_passes) * bA + 2 * drop) / t_sp
@@ -313,12 +329,12 @@ def layer_compute_times(ctx, hw, p):
     eager_f = eager_b = _w(0.0)                           # eager expert bias / GLU clamp bytes
     eager_kf = eager_kb = _w(0.0)                         # … and their kernel launches
     if fm > 0:
-        act_bytes = act_bytes + fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp)
-        act_bytes = act_bytes + fm * T * m.top_k * h * bA * (kern.moe_permute_passes + kern.moe_token_passes)
+        act_bytes = act_bytes + fm * T * g_exp * m.top_k * act * bA * m.f_expert / _w(p.t_exp)
+        act_bytes = act_bytes + fm * T * g_exp * m.top_k * h * bA * (kern.moe_permute_passes + kern.moe_token_passes)
         if m.shared_expert_ffn_hidden:
             act_bytes = act_bytes + fm * T * act * bA * m.shared_expert_ffn_hidden / tp
         bf, bb, kf, kb = moe_eager_bytes(m, kern, bA, m.num_experts / _w(p.ep), _w(p.t_exp))
-        eager_f, eager_b = fm * T * bf, fm * T * bb
+        eager_f, eager_b = fm * T * g_exp * bf, fm * T * g_exp * bb
         eager_kf, eager_kb = fm * kf, fm * kb
         if kern.moe_grouped_gemm and kern.moe_grouped_gemm_per_expert:
             # one launch per local expert for each expert GEMM (2 forward, 4 backward) beyond the
@@ -345,15 +361,22 @@ def layer_compute_times(ctx, hw, p):
         # per-kernel overhead (runtimes.spec.Kernels.cuda_graph_experts)
         extra = eager_kernel_overhead(hw, kern) - hw.kernel_overhead_s
         elem_f, elem_b = elem_f + eager_kf * extra, elem_b + eager_kb * extra
+    # kernels issued per layer (host ops): GEMMs, the attention kernel(s), memory-bound passes, the
+    # experts' eager work; the routed experts' share stays eager under per-layer CUDA graphs
+    attn_k = 1.0 if t.attention == "flash" else 4.0
+    kern_f = n_gemm + n_exp_ops + attn_k + n_k + eager_kf + mla_kf
+    kern_b = 2.0 * (n_gemm + n_exp_ops) + 2.0 * attn_k + n_k + 2 + eager_kb + mla_kb
     # forwards Megatron-Core's --recompute-modules re-run: the two pre-norms (layernorm), the expert
     # activation (moe_act), the dense layers' MLP GEMMs and activation (mlp)
     ln_f = membound_time(hw, T * h * 2 * norm_passes * bA / t_sp, 2)
-    moe_act_f = membound_time(hw, fm * T * m.top_k * act * bA * m.f_expert / _w(p.t_exp), 1) if fm > 0 else _w(0.0)
+    moe_act_f = membound_time(hw, fm * T * g_exp * m.top_k * act * bA * m.f_expert / _w(p.t_exp), 1) if fm > 0 else _w(0.0)
     mlp_f = mlp_gf + (membound_time(hw, (1 - fm) * T * act * bA * m.ffn_hidden / tp, 1) if fm < 1.0 else 0.0)
     return {"gemm_f": gf, "gemm_b": gbk, "wgrad_col": wgrad_col, "attn_f": attn_f, "attn_b": attn_b, "elem_f": elem_f,
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
             "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
-            "quant": membound_time(hw, quant_f + quant_b, 0)}
+            "quant": membound_time(hw, quant_f + quant_b, 0),
+            "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf, "kern_exp_b": 2.0 * n_exp_ops + eager_kb,
+            "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0)}
 
 
 def mla_assembly_elements(m, kern, tp=1.0):
@@ -422,7 +445,7 @@ def head_compute_times(ctx, hw, p):
     tp = _w(p.tp)
     T = _w(p.mbs) * t.seq_len / _w(p.cp)
     Vl = vocab_padded(ctx, p) / tp
-    peak = hw.peak("bf16") if t.precision != "fp32" else hw.peak("fp32")
+    peak = hw.peak("bf16") if t.precision != "fp32" else hw.peak(matmul_dtype(t, hw))
     lf, lb = gemm_fwd_bwd(hw, T, Vl, m.hidden, t.b_A, peak)
     lp = t.rt.kernels.loss_passes                    # fp32 passes per logit (fused vocab-parallel CE: 3)
     ce_f = membound_time(hw, T * Vl * (t.b_A + lp * 4.0), 3)

@@ -220,12 +220,15 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     if m.is_moe:
         fe = m.f_expert / _w(p.t_exp)
         k = m.top_k
-        mlp_moe = k * ((3 if m.gated_mlp else 2) * bA * fe + bA * h) + 4.0 * m.num_experts
+        # routed experts hold T·top_k·etp/tp rows under SP (cost.compute.expert_token_share), the
+        # router's fp32 probabilities the rank's T/tp local tokens
+        g = np.where(_w(p.sp) > 0, _w(p.t_exp) / tp, 1.0)
+        mlp_moe = g * k * ((3 if m.gated_mlp else 2) * bA * fe + bA * h) + 4.0 * m.num_experts / t_sp
         kern = t.rt.kernels
         if m.glu_limit and m.gated_mlp and kern.glu_clamp_eager:
             # an eager GLU clamp keeps the FC1 output (its backward's input) and saves the clamped
             # copy for the activation as well (cost.compute.moe_eager_bytes; not under TE's op fuser)
-            mlp_moe = mlp_moe + np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 0.0, k * 2 * bA * fe)
+            mlp_moe = mlp_moe + np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 0.0, g * k * 2 * bA * fe)
         mlp_dense = (3 if m.gated_mlp else 2) * bA * m.ffn_hidden / tp
         fm = m.n_moe_layers / m.layers
         mlp = fm * mlp_moe + (1 - fm) * mlp_dense
@@ -236,7 +239,7 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     r = recipe_of(t)
     if r is not None and t.rt.precision.fp8_saved_inputs:
         save = (bA - (r.operand_bytes + r.scale_bytes))
-        f_in = (m.f_expert / _w(p.t_exp) * m.top_k) if m.is_moe and m.n_moe_layers == m.layers else m.ffn_hidden / tp
+        f_in = (m.f_expert / tp * m.top_k * np.where(_w(p.sp) > 0, 1.0, tp / _w(p.t_exp))) if m.is_moe and m.n_moe_layers == m.layers else m.ffn_hidden / tp
         saved = save * (2 * h / t_sp + m.heads * m.d_v / tp + f_in)
     else:
         saved = 0.0
@@ -258,7 +261,7 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         listed = listed - np.where(module_on(p, "layernorm"), sb * 2 * h / t_sp * kept, 0.0)
         if m.is_moe:
             listed = listed - np.where(module_on(p, "moe_act"),
-                                       sb * fm * m.top_k * m.f_expert / _w(p.t_exp) * kept, 0.0)
+                                       sb * fm * g * m.top_k * m.f_expert / _w(p.t_exp) * kept, 0.0)
         dense = (1.0 - fm) if m.is_moe else 1.0
         if dense > 0 and m.ffn_hidden:
             listed = listed - np.where(module_on(p, "mlp"), sb * dense * ((2 if m.gated_mlp else 1) * bA + kept)
@@ -269,7 +272,7 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         # wq wk wv wo w1 w3 w2) and the SDPA output + log-sum-exp; norms, RoPE, activations, wk, wo
         # and w3 are recomputed (torchtitan/distributed/activation_checkpoint.py _save_list)
         if m.is_moe:
-            f_saved = fm * (m.top_k * m.f_expert / _w(p.t_exp) + m.shared_expert_ffn_hidden / tp) \
+            f_saved = fm * (g * m.top_k * m.f_expert / _w(p.t_exp) + m.shared_expert_ffn_hidden / tp) \
                 + (1 - fm) * m.ffn_hidden / tp
         else:
             f_saved = m.ffn_hidden / tp

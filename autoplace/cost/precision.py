@@ -61,6 +61,16 @@ def param_gather_bytes(train, hw=None) -> float:
     return float(train.b_P)
 
 
+def matmul_dtype(train, hw) -> str:
+    """The dtype whose peak the job's 16/32-bit matmuls run at: bf16, fp16, or for fp32 jobs TF32
+    where the GPU has it (profile `peak_tflops.tf32`) and the runtime lets cuBLAS use it
+    (`[precision] fp32_matmul_tf32`: NVIDIA's containers do), else the non-tensor fp32 peak."""
+    prec = train.precision
+    if prec == "fp32":
+        return "tf32" if (train.rt.precision.fp32_matmul_tf32 and "tf32" in hw.peak_flops) else "fp32"
+    return "fp16" if prec == "fp16" else "bf16"
+
+
 class GemmFormat:
     """How the transformer's GEMMs run: dtype of the peak, operand bytes, MAMF efficiency, the
     low-precision recipe (autoplace.runtimes.recipes) and its quantization work."""
@@ -73,7 +83,7 @@ class GemmFormat:
             name = resolve_recipe(train, hw)
             self.recipe = RECIPES[name] if name else None
         r = self.recipe
-        self.dtype = r.gemm_dtype if r else (prec if prec in ("fp8", "fp4", "fp16", "fp32") else "bf16")
+        self.dtype = r.gemm_dtype if r else (prec if prec in ("fp8", "fp4") else matmul_dtype(train, hw))
         self.peak = hw.peak(self.dtype)
         self.eff = hw.gemm_eff(self.dtype)
         self.bytes = (r.operand_bytes + r.scale_bytes) if r else \

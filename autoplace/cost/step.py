@@ -22,6 +22,7 @@ import numpy as np
 
 from autoplace.cost import comm as C
 from autoplace.cost import compute as K
+from autoplace.cost import host as HO
 from autoplace.cost import memory as Mm
 from autoplace.cost import network as N
 from autoplace.cost.memory import _w
@@ -30,7 +31,7 @@ from autoplace.plan import micro_batches, module_flags, module_on
 
 DP_BUCKET_BYTES = 64 * 2**20   # gradient bucket when the runtime states none (torch DDP 25 MiB)
 BREAKDOWN = ("compute", "recompute", "tp_comm", "dp_comm_exposed", "pp_bubble", "pp_comm", "cp_comm",
-             "ep_comm", "optimizer", "offload", "overhead")
+             "ep_comm", "host", "optimizer", "offload", "overhead")
 def optimizer_bytes_per_param(t) -> float:
     """HBM bytes one optimizer step moves per local parameter (mixed-precision Adam, fused):
     moments + master read and written (2·b_O); gradient read for the norm, read by the step and
@@ -81,6 +82,7 @@ def stage_times(ctx, hw, p):
     hw = N.hardware_view(ctx, hw)
     lt = K.layer_compute_times(ctx, hw, p)
     ht = K.head_compute_times(ctx, hw, p)
+    h_f, h_b, h_sync = HO.layer_host_times(ctx, hw, lt)
     tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
     tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
@@ -138,8 +140,10 @@ def stage_times(ctx, hw, p):
         n_rc_sel = np.where(rc == 1, Li, 0.0)
         # summing the micro-batches' gradients (Kernels.grad_accum), spread over the micro-batches
         acc = K.membound_time(hw, grad_accum_bytes(ctx, p, np.where(last, _w(p.pp) - 1, idx)), 0) / mb
-        f = Li * (comp_f + tp_f_exp + cp_f + ep_f)
-        b = Li * (comp_b + tp_b_exp + cp_b + ep_b) + acc
+        # host time the GPU waits for (cost.host): per layer, against the layer's device time
+        x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync)
+        f = Li * (comp_f + tp_f_exp + cp_f + ep_f + x_f)
+        b = Li * (comp_b + tp_b_exp + cp_b + ep_b + x_b) + acc
         r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
         comp = Li * (comp_f + comp_b) + acc
         tpc = Li * (tp_f_exp + tp_b_exp) + n_rc_full * tp_rc_exp
@@ -164,6 +168,7 @@ def stage_times(ctx, hw, p):
         tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         tpt = tpt + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc,
+                "host": Li * (x_f + x_b),
                 "tp_total": tpt, "cp_total": cpt}
 
     out = {"first": one(True, False, 0), "last": one(False, True, -1 if not split else len(split) - 1)}
@@ -451,8 +456,9 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     tp_comm = mb * bind["tp"]
     cp_comm = mb * bind["cp"]
     ep_comm = mb * bind["ep"]
+    host = mb * bind.get("host", 0.0)          # stage dicts without a host term (spec vectors) add none
     pp_bubble = np.maximum(T_pipe - mb * t_max, 0.0)
-    stage_sum = compute + recompute + tp_comm + cp_comm + ep_comm
+    stage_sum = compute + recompute + tp_comm + cp_comm + ep_comm + host
     # the slowest stage's own work may be less than m·t_max when another stage binds: move the gap to bubble
     pp_bubble = pp_bubble + np.maximum(mb * t_max - stage_sum, 0.0)
     # DP: binding stage (first stage holds the embedding; use the larger of first/last)
@@ -463,8 +469,8 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     optimizer = np.maximum(_optimizer_time(ctx, hw, p, 0), _optimizer_time(ctx, hw, p, pp - 1))
     off_bytes = np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1))
     offload = off_bytes / hw.host_bw
-    overhead = _w(hw.step_overhead_s) + 0 * pp
-    step = compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + pp_comm + dp_exposed \
+    overhead = _w(hw.step_overhead_s + t.rt.host.step_ms * 1e-3 * hw.host_op_factor) + 0 * pp
+    step = compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm + dp_exposed \
         + optimizer + offload + overhead
     W = ctx.world
     mflops = K.model_flops_per_step(ctx)
@@ -478,7 +484,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     return {
         "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
         "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
-        "ep_comm": ep_comm, "optimizer": optimizer, "offload": offload, "overhead": overhead,
+        "ep_comm": ep_comm, "host": host, "optimizer": optimizer, "offload": offload, "overhead": overhead,
         "dp_comm_total": dp_total, "dp_comm_overlapped": np.maximum(dp_total - dp_exposed, 0.0),
         "tp_comm_overlapped": np.maximum(mb * bind["tp_total"] - tp_comm, 0.0),
         "cp_comm_overlapped": np.maximum(mb * bind["cp_total"] - cp_comm, 0.0),

@@ -188,10 +188,11 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
     f.append(("--tensor-model-parallel-size", plan.tp))
     f.append(("--pipeline-model-parallel-size", plan.pp))
     if plan.pp > 1:
-        if plan.layer_split:
-            f += _uneven_split_flags(job)
+        acct = _accounting_flags(job)
+        if acct or plan.layer_split:
+            f += acct or _uneven_split_flags(job)
         if plan.v > 1:
-            if not plan.layer_split:     # with a split the layout sets the virtual stages
+            if not plan.layer_split and not acct:     # with a split the layout sets the virtual stages
                 f.append(("--num-layers-per-virtual-pipeline-stage", m.layers // plan.pp // plan.v))
             if plan.G != plan.pp:
                 f.append(("--microbatch-group-size-per-virtual-pipeline-stage", plan.G))
@@ -338,6 +339,23 @@ def moe_layer_pattern(m) -> list[int]:
     return [0 if i in dense or (i + 1) % m.moe_layer_freq else 1 for i in range(m.layers)]
 
 
+def _accounting_flags(job: ExportJob) -> list[tuple[str, object]]:
+    """Megatron-Core's embedding / loss pipeline accounting when the plan asks for it and its split
+    is the one the flags imply (plan.with_pipeline_accounting); [] otherwise."""
+    from dataclasses import replace
+
+    from autoplace.plan import with_pipeline_accounting
+    p = job.plan
+    if not (p.account_embedding or p.account_loss):
+        return []
+    if p.layer_split and with_pipeline_accounting(replace(p, layer_split=()), job.model.layers).layer_split \
+            != tuple(p.layer_split):
+        return []
+    return ([("--account-for-embedding-in-pipeline-split", None)] if p.account_embedding else []) \
+        + ([("--account-for-loss-in-pipeline-split", None)] if p.account_loss else []) \
+        + ([("--num-virtual-stages-per-pipeline-rank", p.v)] if p.v > 1 else [])
+
+
 def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:
     split = [int(x) for x in job.plan.layer_split]
     first, last, mid = split[0], split[-1], split[1:-1]
@@ -347,7 +365,7 @@ def _uneven_split_flags(job: ExportJob) -> list[tuple[str, object]]:
     # explicit layout over the pp·v (virtual) stages in layer order: E = embedding, t = transformer
     # layer, m = multi-token-prediction module (on the last stage), L = loss; stages separated by '|'
     chunks = virtual_chunks(split, v)
-    stages = [f"t*{n}" if n > 1 else "t" for n in chunks]
+    stages = [f"t*{n}" if n > 1 else ("t" if n == 1 else "") for n in chunks]
     stages[0] = "E" + stages[0]
     stages[-1] = stages[-1] + "m" * job.model.mtp_layers + "L"
     return [("--pipeline-model-parallel-layout", "|".join(stages))]

@@ -98,8 +98,14 @@ def _lcm(a, b):
 def _layers_ok(ctx, p):
     L = ctx.model.layers
     split = getattr(p, "layer_split", ())
+    e, lo = int(bool(getattr(p, "account_embedding", False))), int(bool(getattr(p, "account_loss", False)))
     if split:
-        return len(split) == int(p.pp) and sum(split) == L and min(split) >= 1
+        # a first / last stage may hold the embedding / loss alone when they count as a layer
+        ends = (split[0] >= 1 - e) and (split[-1] >= 1 - lo) and min(split[1:-1] or (1,)) >= 1
+        return len(split) == int(p.pp) and sum(split) == L and (min(split) >= 1 or ends)
+    if e or lo:
+        # Megatron-Core asserts L + e + l divisible by pp·v (the units of every virtual stage)
+        return _a((L + e + lo) % (_a(p.pp) * np.where(_a(p.sched) == 1, _a(p.vpp), 1)) == 0)
     return _a(L % _a(p.pp) == 0)
 
 
@@ -108,8 +114,14 @@ def _chunks_bad(ctx, p):
     split; with an explicit layer_split (chunks then need not be equal, Megatron's
     --pipeline-model-parallel-layout) every stage holds at least vpp layers."""
     split = getattr(p, "layer_split", ())
+    e, lo = int(bool(getattr(p, "account_embedding", False))), int(bool(getattr(p, "account_loss", False)))
     if split:
-        return _a(min(split) < _a(p.vpp))
+        inner = list(split)
+        inner[0] += e                      # the embedding / loss fill a virtual chunk as a layer would
+        inner[-1] += lo
+        return _a(min(inner) < _a(p.vpp))
+    if e or lo:
+        return _false(p)                   # L + e + l over pp·v is rule D3's divisibility
     return _a((ctx.model.layers // _a(p.pp)) % _a(p.vpp) != 0)
 
 
@@ -292,6 +304,10 @@ def _d3_message(c, p) -> str:
     if c.shaped and not _layers_ok(c, p):
         if p.layer_split:
             return f"layer_split {list(p.layer_split)} must have pp={p.pp} entries summing to {L}"
+        if p.account_embedding or p.account_loss:
+            units = L + int(p.account_embedding) + int(p.account_loss)
+            return (f"layers + embedding + loss = {units} is not divisible by pp·vpp = {p.pp * p.v} "
+                    "(Megatron-Core's pipeline accounting splits them evenly)")
         from autoplace.plan import lighter_ends_split
         hint = ":".join(str(x) for x in lighter_ends_split(L, int(p.pp))) if int(p.pp) <= L else None
         return (f"layers={L} % pp={p.pp} ≠ 0: an even stage split needs L divisible by pp "
@@ -303,10 +319,10 @@ def _d3_message(c, p) -> str:
     if p.sched == 1:
         if p.pp == 1 or p.vpp < 2:
             return "interleaved schedule needs pp > 1 and vpp ≥ 2"
-        if c.shaped and p.layer_split and min(p.layer_split) < p.vpp:
+        if c.shaped and p.layer_split and bool(_chunks_bad(c, p)):
             return (f"layer_split {list(p.layer_split)}: every stage needs at least vpp={p.vpp} layers "
                     "(one per virtual chunk)")
-        if c.shaped and not p.layer_split and (L // p.pp) % p.vpp:
+        if c.shaped and not p.layer_split and not (p.account_embedding or p.account_loss) and (L // p.pp) % p.vpp:
             return f"layers per stage {L // p.pp} % vpp={p.vpp} ≠ 0"
         if m < p.pp:
             return f"interleaved needs micro-batches m={m:g} ≥ pp={p.pp}"

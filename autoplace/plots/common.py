@@ -10,7 +10,7 @@ GIB = 2**30
 MEM_TERMS = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead")
 MEM_COLORS = ("#4c72b0", "#55a868", "#c44e52", "#dd8452", "#8172b3", "#cccccc", "#937860")
 TERM_COLORS = {"compute": "#4c72b0", "recompute": "#64b5cd", "tp_comm": "#dd8452", "dp_comm_exposed": "#c44e52",
-               "pp_bubble": "#bbbbbb", "pp_comm": "#8c8c8c", "cp_comm": "#8172b3", "ep_comm": "#da8bc3",
+               "pp_bubble": "#bbbbbb", "pp_comm": "#8c8c8c", "cp_comm": "#8172b3", "ep_comm": "#da8bc3", "host": "#ccb974",
                "optimizer": "#55a868", "offload": "#937860", "overhead": "#333333"}
 
 

@@ -273,8 +273,8 @@ def precision_refusals(rt, hw, train) -> list[str]:
     return out
 
 
-ARCHES = ("volta", "ampere", "hopper", "blackwell", "cdna3", "cpu")
+ARCHES = ("volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 
 
 def _arch_rank(a: str) -> int:
-    return {"volta": 0, "ampere": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}.get(a, -1)
+    return {"volta": 0, "ampere": 1, "cdna3": 1, "hopper": 2, "cdna4": 2, "blackwell": 3}.get(a, -1)

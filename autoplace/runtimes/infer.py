@@ -1,7 +1,8 @@
 """Which runtime ran a published record: the one table of frameworks and eras.
 
-`runtime_for_record(rec)` reads what the record says — the framework it names (citation, notes,
-table), the container or release it names, the citation year — and returns the runtime file that
+`runtime_for_record(text, …)` reads the record's structured fields — the framework its source names
+(citation, url, locator, table; `validate.record.record_fields_text`, never the free-text notes), the
+container or release it names, the citation year, the ZeRO stage — and returns the runtime file that
 describes that stack, with the reason. Nothing here is a per-record factor: every record that names
 the same stack and era maps to the same runtime, and the cost model then reads that runtime's
 kernels, memory behaviour and defaults.
@@ -72,7 +73,10 @@ def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsd
         return "megatron-core", f"NeMo {yy:02d}.{mm:02d} container (Megatron-Core + TE)"
     if "nemo" in text:
         return "megatron-core", "NeMo (Megatron-Core + TE)"
-    if "deepspeed" in text and (zero or 0) >= 1:
+    # ZeRO-2/3 outside FSDP, or any ZeRO stage before Megatron-LM had a distributed optimizer (2022),
+    # is DeepSpeed's ZeRO (Megatron-DeepSpeed when the source is a Megatron paper)
+    z = zero or 0
+    if not fsdp and ("deepspeed" in text and z >= 1 or z >= 2 or (z >= 1 and year is not None and year <= 2021)):
         if year is not None and year <= 2021:
             return "deepspeed-2021", f"DeepSpeed ZeRO run from {year}"
         return "deepspeed", "DeepSpeed ZeRO"

@@ -232,6 +232,11 @@ class Precision:
     distributed optimizer all-gathers them quantized (Megatron `fp8_param_gather`)."""
     fp8_saved_inputs: bool = False
     """GEMM inputs are saved for backward in the quantized format (TE saves its FP8 casts)."""
+    fp32_matmul_tf32: bool = True
+    """FP32 matmuls run as TF32 on tensor-core GPUs that have it (Ampere and later): NVIDIA's PyTorch
+    containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (NGC PyTorch release notes), which makes cuBLAS
+    ignore `torch.backends.cuda.matmul.allow_tf32 = False` (PyTorch's default since 1.12); cuDNN
+    convolutions default to TF32 either way. False: true FP32 at the non-tensor peak."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,6 +359,46 @@ class Capabilities:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Host:
+    """Host (CPU) time the stack spends issuing one layer's work (autoplace.cost.host).
+
+    The CPU runs ahead of the GPU while nothing synchronises, so a layer costs max(device, host);
+    a device → host synchronisation inside a layer empties the queue and the rest of that layer
+    costs max(device, host) again from there. Each value names its source in the runtime file;
+    `benchmarks/host_overhead.py` measures them on a lent GPU."""
+
+    fwd_op_us: float = 10.0
+    """Host time per forward op issued from Python (module call, ATen dispatch, autograd node,
+    cudaLaunchKernel), µs on the reference x86 host (`hw.host_op_factor` scales it)."""
+    bwd_op_us: float = 4.0
+    """Host time per backward kernel the autograd engine issues (C++ dispatch + launch; a Python
+    autograd.Function backward costs `fwd_op_us`), µs."""
+    gemm_op_us: float = 0.0
+    """Host time per forward GEMM module call (nn.Linear / TE Linear / a grouped-GEMM module), µs;
+    0 → fwd_op_us."""
+    gemm_bwd_op_us: float = 0.0
+    """Host time per GEMM module's backward (TE runs it as a Python autograd.Function), µs;
+    0 → bwd_op_us."""
+    moe_ops: float = 40.0
+    """Ops of one MoE layer's router and token dispatcher per forward beyond its GEMMs and the
+    memory-bound passes the kernels count (top-k, histogram, index and split bookkeeping, the
+    collectives' calls, un-permute); the backward issues as many."""
+    expert_gemm_ops: float = 1.0
+    """Host ops per local expert per expert GEMM when the grouped GEMM loops over the experts
+    (`kernels.moe_grouped_gemm_per_expert`): the GEMM, plus its input quantization under FP8."""
+    dropless_sync: bool = True
+    """A dropless token dispatcher synchronises device → host once per MoE layer forward (the host
+    needs the per-expert token counts to size its buffers and splits); a capacity factor
+    (`TrainingSpec.moe_capacity_factor` > 0) or full-iteration CUDA graphs make it sync-free."""
+    sync_us: float = 30.0
+    """One such synchronisation: the D2H copy's latency, the stream wait and the host work until the
+    next launch, µs."""
+    step_ms: float = 0.0
+    """Fixed host time per optimizer step outside the layers (logging and timers, loss reporting,
+    the optimizer's and gradient clipping's launches), ms; added to the profile's step overhead."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RuntimeSpec:
     name: str
     """File stem, e.g. `megatron-core`."""
@@ -371,6 +416,7 @@ class RuntimeSpec:
     precision: Precision = field(default_factory=Precision)
     defaults: Defaults = field(default_factory=Defaults)
     supports: Capabilities = field(default_factory=Capabilities)
+    host: Host = field(default_factory=Host)
     source: str = "builtin"
     """Where the spec was read from."""
     overrides: tuple = ()
@@ -394,5 +440,5 @@ def _show(v) -> str:
 
 
 SECTIONS = {"kernels": Kernels, "memory": MemoryBehaviour, "comm": CommBehaviour, "precision": Precision,
-            "defaults": Defaults, "supports": Capabilities}
+            "defaults": Defaults, "supports": Capabilities, "host": Host}
 TOP_KEYS = tuple(f.name for f in fields(RuntimeSpec) if f.name not in SECTIONS and f.name not in ("source", "overrides"))

@@ -35,7 +35,8 @@ class HardwareSpec:
     memory_bytes: float
     """Device memory capacity as the runtime reports it (PyTorch total capacity)."""
     peak_flops: dict
-    """Dense tensor-core peak per dtype: {"bf16", "fp16", "fp8", "fp4", "fp32"} in FLOP/s."""
+    """Dense peak per dtype: {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"} in FLOP/s (fp32 the
+    non-tensor-core rate; tf32 the tensor-core rate FP32 matmuls run at on Ampere and later)."""
     hbm_bw: float
     """Device memory bandwidth, bytes/s."""
     gpus_per_node: int
@@ -105,6 +106,9 @@ class HardwareSpec:
     """CUDA context + kernel images + library workspaces (outside the caching allocator)."""
     comm_buffer_bytes: float = 0.0
     """NCCL communicator buffers, all groups together (outside the caching allocator)."""
+    host_op_factor: float = 1.0
+    """Host time per op relative to the reference x86 server CPU the runtime files' host costs
+    are stated for (the host CPU class: x86 1.0; Grace in its profile)."""
     step_overhead_s: float = 0.0
     """Per-iteration fixed host/launch overhead, s."""
     price_per_gpu_hour: float | None = None
@@ -172,7 +176,7 @@ _FIELDS = {f.name for f in fields(HardwareSpec)}
 
 SECTIONS = ("memory", "peak_tflops", "compute", "network", "overheads", "attention", "pricing")
 DOC_SECTIONS = ("calibration", "raw", "software")    # written by `autoplace calibrate`: provenance only
-_PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4", "fp32")
+_PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")
 _ATTN_KEYS = ("flash2", "flash3", "cudnn", "flex")
 
 
@@ -248,6 +252,8 @@ ALIASES = {
     "h200-sxm": "h200", "h200-141gb": "h200", "nvidia-h200": "h200",
     "b200-180gb": "b200", "gb200": "gb200-nvl72", "mi300x-192gb": "mi300x",
     "gb300": "gb300-nvl72", "b300-288gb": "b300", "dgx-b300": "b300", "dgx-b200": "b200",
+    "h800-sxm-80gb": "h800", "a800-sxm4-80gb": "a800", "h20-96gb": "h20", "gh200-96gb": "gh200",
+    "mi325x-256gb": "mi325x", "mi355x-288gb": "mi355x",
     "cpu": "local-cpu",
 }
 
@@ -265,13 +271,17 @@ def match_gpu_name(name: str) -> tuple[str | None, str]:
     t = re.sub(_VENDOR_WORDS, " ", t)
     mem = re.search(r"(\d+)\s*gb", t)
     gb = int(mem.group(1)) if mem else None
-    for pat, stem in ((r"gb300", "gb300-nvl72"), (r"\bb300", "b300"), (r"gb200", "gb200-nvl72"), (r"\bb200", "b200"), (r"h200", "h200"), (r"h100", "h100-sxm-80gb"),
-                      (r"mi300x", "mi300x"), (r"v100", "v100-dgx2")):
+    for pat, stem in ((r"gb300", "gb300-nvl72"), (r"\bb300", "b300"), (r"gb200", "gb200-nvl72"), (r"\bb200", "b200"),
+                      (r"gh200", "gh200"), (r"h200", "h200"), (r"h100", "h100-sxm-80gb"), (r"h800", "h800"),
+                      (r"\bh20\b", "h20"), (r"a800", "a800"), (r"mi300x", "mi300x"), (r"mi325x", "mi325x"),
+                      (r"mi355x", "mi355x"), (r"v100", "v100-dgx2")):
         if re.search(pat, t):
             if stem == "v100-dgx2" and gb is not None and gb != 32:
                 return None, f"'{name}': only the 32 GB V100 (DGX-2) has a profile"
             if stem == "h100-sxm-80gb" and gb in (95, 96) or re.search(r"grand\s*teton", t):
                 return "h100-96gb-gt", ""
+            if stem == "gh200" and gb is not None and gb != 96:
+                return None, f"'{name}': only the 96 GB GH200 has a profile"
             if stem == "h100-sxm-80gb" and gb is not None and gb not in (80, 94):
                 return None, f"'{name}': only the 80 GB H100 SXM and the 96 GB Grand Teton H100 have profiles"
             return stem, ""

@@ -46,6 +46,8 @@ class TrainingSpec:
     states_only: bool = False           # memory = P+G+O only, comm = DP family only (ZeRO accounting)
     fp8_recipe: str = ""                # low-precision recipe when precision is fp8 (autoplace.runtimes.recipes);
                                         # "" → the runtime's first recipe the hardware runs
+    moe_capacity_factor: float = 0.0    # MoE expert capacity factor (Megatron --moe-expert-capacity-factor):
+                                        # 0 → dropless (the dispatcher syncs device → host per MoE layer)
     runtime: object = None              # RuntimeSpec of the stack that runs the job (None → the default,
                                         # Megatron-Core + TE); its kernels and memory behaviour feed the cost model
 
@@ -58,6 +60,8 @@ class TrainingSpec:
             raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.regime not in REGIMES:
             raise InputError(f"--optimizer-regime must be one of {', '.join(REGIMES)}, got '{self.regime}'")
+        if self.moe_capacity_factor < 0:
+            raise InputError(f"--moe-capacity-factor must be ≥ 0 (0 = dropless), got {self.moe_capacity_factor}")
         if self.attention not in ATTENTION:
             raise InputError(f"--attention must be flash or eager, got '{self.attention}'")
 

@@ -48,6 +48,7 @@ from autoplace.validate.record import (
     parse_recompute,
     parse_recompute_modules,
     parse_zero,
+    record_fields_text,
     record_text,
     source_key,
     table_key,
@@ -72,7 +73,8 @@ class Mapped:
 
     def describe(self) -> dict:
         t = self.train
-        return {"framework": self.framework, "runtime": t.rt.name, "runtime_version": t.rt.version, "hardware": self.hw.name, "gpus": self.world,
+        return {"framework": self.framework, "runtime": t.rt.name, "runtime_version": t.rt.version, "hardware": self.hw.name,
+                "arch": self.hw.arch, "moe": bool(self.model.is_moe), "gpus": self.world,
                 "model": self.model.name, "params": self.model.total_params(),
                 "plan": self.plan.short() + ("" if self.plan.dp_overlap else ",dp_overlap=0")
                 + (",fetch_sync" if self.plan.fetch_sync and self.plan.zero == 3 else "")
@@ -139,7 +141,7 @@ def _is_gpt_style(rec: dict) -> bool:
 
 def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
     """The RuntimeSpec of the stack the record ran on, with the record's stated switches applied."""
-    name, why = runtime_for_record(record_text(rec), citation_year(rec), zero, fsdp, _is_gpt_style(rec))
+    name, why = runtime_for_record(record_fields_text(rec), citation_year(rec), zero, fsdp, _is_gpt_style(rec))
     rt = load_runtime(name)
     assumptions.append(f"runtime {name}: {why}")
     knobs = workload_knobs(rec)
@@ -150,7 +152,7 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
     if graphs in ("full_iteration", "local", "transformer_engine"):
         sets.append(("cuda_graphs", "full_iteration" if graphs == "full_iteration" else True))
     disp = str(knobs.get("moe_flex_dispatcher_backend", "") or knobs.get("moe_token_dispatcher_type", "")).lower()
-    text = record_text(rec)
+    text = record_fields_text(rec)
     if disp in ("deepep", "hybridep", "flex") or re.search(r"\bdeepep\b", text):
         # Megatron's flex dispatcher defaults to the DeepEP backend
         sets.append(("moe_dispatch", "hybridep" if disp == "hybridep" else "deepep"))
@@ -185,7 +187,7 @@ def map_training(rec: dict, rt, seq_len: int, global_batch: int, assumptions: li
     if regime.startswith("megatron-"):
         regime = "megatron-fp16" if prec == "fp16" else "megatron-bf16"
     kw["regime"] = regime
-    over, _, why = benchmark_overrides(record_text(rec), rt.name)
+    over, _, why = benchmark_overrides(record_fields_text(rec), rt.name)
     if over:
         kw.update(over)
         assumptions.append(why)
@@ -200,6 +202,10 @@ def map_training(rec: dict, rt, seq_len: int, global_batch: int, assumptions: li
     elif d.eager_attention:
         assumptions.append(f"{rt.name}: attention materializes the scores (fused softmax), dropout "
                            + ("on" if d.attention_dropout else "off"))
+    cf = workload_knobs(rec).get("moe_expert_capacity_factor")
+    if isinstance(cf, (int, float)) and not isinstance(cf, bool) and cf > 0:
+        kw["moe_capacity_factor"] = float(cf)        # token dropping: the dispatch does not sync
+        assumptions.append(f"MoE capacity factor {cf:g} from the record's workload knobs (sync-free dispatch)")
     if prec in ("fp8", "fp4"):
         if recipe and recipe not in rt.precision.fp8_recipes:
             raise Skip(f"precision '{ptxt}': {rt.name} has no '{recipe}' recipe")

@@ -52,6 +52,17 @@ def record_text(rec: dict) -> str:
                  plan.get("zero_stage") if isinstance(plan.get("zero_stage"), str) else None).lower()
 
 
+def record_fields_text(rec: dict) -> str:
+    """The record's structured fields as text, for deciding which runtime ran it: the source (citation,
+    url, locator, table), an explicit `framework` / `runtime` field and the plan's string fields —
+    never the free-text `notes`, `arch_notes` or the id, whose words describe how a run compares with
+    others (a note that mentions "NeMo" does not make a run a NeMo run)."""
+    plan = rec.get("plan") or {}
+    return _text(rec.get("source") or {}, rec.get("framework"), rec.get("runtime"),
+                 plan.get("precision"), plan.get("recompute"), plan.get("pp_schedule"),
+                 plan.get("zero_stage") if isinstance(plan.get("zero_stage"), str) else None).lower()
+
+
 def citation_year(rec: dict) -> int | None:
     src = rec.get("source") or {}
     for key in ("citation", "locator"):

@@ -1,0 +1,67 @@
+"""Host time: the CPU issuing a layer's work, and what it costs when the GPU waits for it.
+
+Per layer and micro-batch, one rank (numpy-broadcastable):
+
+  H_f = ((ops_f − g + ops_moe)·c_f + g·c_gemm)·x,   H_b = ((ops_b − g + ops_moe)·c_b + g·c_gemm_b)·x
+
+ops the kernels one layer issues (`compute.layer_compute_times`: kern_f / kern_b), g of them GEMM
+module calls (gemm_ops; a module's backward runs its dgrad and wgrad), ops_moe the router and dispatcher bookkeeping
+of a MoE layer (runtime `[host] moe_ops`), c_f / c_b the runtime's host time per forward / backward
+op and c_gemm / c_gemm_b per GEMM module (`[host] fwd_op_us`, `bwd_op_us`, `gemm_op_us`,
+`gemm_bwd_op_us`), x the host CPU class (`hw.host_op_factor`: Grace runs PyTorch's op path ~2.5×
+slower than a Xeon 8480C, TransformerEngine issue #2053). CUDA graphs collapse the ops they capture into one replay: per-layer graphs
+(`kernels.cuda_graphs`) leave only the routed experts and the dispatcher eager when the experts are
+outside them (`kernels.cuda_graph_experts` false), full-iteration graphs leave nothing.
+
+Composition (`exposed`): without a synchronisation the CPU runs ahead of the GPU across layers and
+directions, so a layer costs max(D_f + D_b, H_f + H_b) — the host is exposed only where it is the
+longer of the two. A dropless token dispatcher synchronises device → host once per MoE layer forward
+(`[host] dropless_sync`, no capacity factor, no full-iteration graph): the queue empties, so forward
+and backward each cost max(D, H) on their own, plus the synchronisation itself (`[host] sync_us`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.cost.memory import _w
+
+
+def layer_host_times(ctx, hw, lt):
+    """(H_f, H_b, sync): host seconds per layer forward and backward, and the dropless
+    synchronisation per layer forward (0 where the layer does not sync)."""
+    t, m = ctx.train, ctx.model
+    rt = t.rt
+    H, kern = rt.host, rt.kernels
+    x = float(getattr(hw, "host_op_factor", 1.0))
+    cf, cb = H.fwd_op_us * 1e-6 * x, H.bwd_op_us * 1e-6 * x
+    fm = (m.n_moe_layers / m.layers) if m.is_moe else 0.0
+    # per-expert grouped GEMMs: each expert launch costs expert_gemm_ops host ops (+ FP8 quantize)
+    per_exp = H.expert_gemm_ops if (kern.moe_grouped_gemm_per_expert and t.precision in ("fp8", "fp4")) else 1.0
+    exp_f, exp_b = _w(lt["kern_exp_f"]) * per_exp, _w(lt["kern_exp_b"]) * per_exp
+    ops_f = _w(lt["kern_f"]) - _w(lt["kern_exp_f"]) + exp_f
+    ops_b = _w(lt["kern_b"]) - _w(lt["kern_exp_b"]) + exp_b
+    # GEMM module calls cost their own (`gemm_op_us`, `gemm_bwd_op_us`) in place of a plain op each
+    g = _w(lt["gemm_ops"])
+    gf = (H.gemm_op_us * 1e-6 * x - cf) if H.gemm_op_us else 0.0
+    gb = (H.gemm_bwd_op_us * 1e-6 * x - cb) if H.gemm_bwd_op_us else 0.0
+    moe = fm * H.moe_ops
+    full_graph = kern.cuda_graphs and kern.cuda_graph_experts
+    if full_graph:
+        return _w(0.0) * ops_f, _w(0.0) * ops_b, 0.0
+    sync = fm * H.sync_us * 1e-6 * x if (m.is_moe and H.dropless_sync and not t.moe_capacity_factor) else 0.0
+    if kern.cuda_graphs:
+        # per-layer graphs: the captured part is one replay; the experts (their two grouped-GEMM
+        # modules) and the dispatcher stay eager
+        ge = np.minimum(g, 2.0 * fm)
+        return (1.0 + exp_f + moe) * cf + ge * gf, (1.0 + exp_b + moe) * cb + ge * gb, sync
+    return (ops_f + moe) * cf + g * gf, (ops_b + moe) * cb + g * gb, sync
+
+
+def exposed(D_f, D_b, H_f, H_b, sync):
+    """(x_f, x_b): host time the GPU waits for per layer, forward and backward (module docstring):
+    synced layers max(D, H) per direction plus the sync; otherwise max(D_f + D_b, H_f + H_b) for the
+    pair, charged to the backward."""
+    if np.all(np.asarray(sync) == 0):
+        return 0.0 * D_f, np.maximum(H_f + H_b - D_f - D_b, 0.0)
+    return np.maximum(H_f - D_f, 0.0) + sync, np.maximum(H_b - D_b, 0.0)

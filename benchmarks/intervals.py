@@ -1,0 +1,107 @@
+"""Residuals for the prediction intervals, and their coverage measured leave-one-source-out.
+
+    python benchmarks/intervals.py [--records FILE ...] [--write]
+
+For every record of the validation files (default: the shared validation sets, the unseen-run and
+the Megatron-Bridge archive files) it takes r = log(measured / predicted) of step time (from the
+record's primary throughput or time metric) and of peak memory / model-state memory where measured,
+with the record's class (runtime × dense/MoE × hardware generation, autoplace.cost.intervals). It
+then scores every record with intervals built from the *other* sources only (leave-one-source-out:
+a source is never scored by its own residuals) and prints the coverage at 80 % and 90 % per file and
+overall. `--write` stores the residual table in autoplace/cost/intervals.json (the shipped data the
+CLI reads; nothing is computed at a CLI call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autoplace.cost import intervals as I  # noqa: E402
+from autoplace.io import atomic_write  # noqa: E402
+from autoplace.validate import load_records, run  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "validation"
+if not SHARED.exists():
+    SHARED = Path("/work/shared/validation")
+DEFAULT = [SHARED / "modern_runs.json", SHARED / "public_runs.json", ROOT / "benchmarks" / "unseen_records.json",
+           ROOT / "benchmarks" / "bridge_archive_records.json"]
+STEP_METRICS = ("iteration_time_s", "iteration_time_s_derived", "tokens_per_sec_per_gpu", "tflops_per_gpu",
+                "tokens_per_sec_total", "mfu", "aggregate_pflops", "pct_of_peak")
+MEM_METRICS = ("peak_memory_gib", "model_states_gb_per_gpu")
+
+
+def residuals(files) -> list[dict]:
+    """One row per record and kind: {file, id, source, kind, class, r}."""
+    out, seen = [], set()
+    for f in files:
+        res, _ = run(load_records(str(f)))
+        for r in res:
+            if r.skipped is not None or not r.mapping or r.id in seen:
+                continue
+            seen.add(r.id)
+            key = I.class_key(r.mapping.get("runtime", "?"), bool(r.mapping.get("moe")), r.mapping.get("arch", ""))
+            by = {e["metric"]: e for e in r.entries}
+            step = next((by[m] for m in STEP_METRICS if m in by and by[m].get("time_error_pct") is not None), None)
+            if step is not None:
+                out.append({"file": Path(f).name, "id": r.id, "source": r.source, "kind": "step", "class": key,
+                            "r": -math.log1p(step["time_error_pct"] / 100.0)})
+            mem = next((by[m] for m in MEM_METRICS if m in by and by[m].get("predicted")), None)
+            if mem is not None and mem.get("measured"):
+                out.append({"file": Path(f).name, "id": r.id, "source": r.source, "kind": "memory", "class": key,
+                            "r": math.log(float(mem["measured"]) / float(mem["predicted"]))})
+    return out
+
+
+def table_of(rows, kind) -> dict:
+    t: dict = {}
+    for x in rows:
+        if x["kind"] == kind:
+            t.setdefault(x["class"], []).append([x["source"], round(x["r"], 5)])
+    return t
+
+
+def coverage(rows, kind, level) -> dict:
+    """Leave-one-source-out coverage per file and overall."""
+    tab = table_of(rows, kind)
+    hit: dict = {}
+    for x in rows:
+        if x["kind"] != kind:
+            continue
+        items, _ = I.pooled(tab, x["class"], exclude_source=x["source"])
+        lo, hi, _ = I.bounds(items, level)
+        for k in (x["file"], "all"):
+            h = hit.setdefault(k, [0, 0])
+            h[0] += lo <= x["r"] <= hi
+            h[1] += 1
+    return {k: (v[0] / v[1], v[1]) for k, v in hit.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", nargs="*", default=[str(p) for p in DEFAULT])
+    ap.add_argument("--write", action="store_true", help="write autoplace/cost/intervals.json")
+    a = ap.parse_args(argv)
+    rows = residuals(a.records)
+    print("| kind | level | file | records | coverage (leave-one-source-out) |\n|---|---:|---|---:|---:|")
+    for kind in ("step", "memory"):
+        for level in (0.8, 0.9):
+            for f, (c, n) in coverage(rows, kind, level).items():
+                print(f"| {kind} | {level:.0%} | {f} | {n} | {c:.1%} |")
+    if a.write:
+        doc = {"meta": {"method": "split-conformal on log(measured/predicted), classes runtime|dense-moe|generation",
+                        "files": [Path(f).name for f in a.records], "records": len({x['id'] for x in rows})},
+               "step": table_of(rows, "step"), "memory": table_of(rows, "memory")}
+        atomic_write(I.DATA, json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
+        print(f"wrote {I.DATA.relative_to(ROOT)} ({I.DATA.stat().st_size:,} bytes)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
