@@ -424,6 +424,12 @@ def optimizer_time(ctx, hw, p):
     return np.maximum(_optimizer_time(ctx, hw, p, 0), _optimizer_time(ctx, hw, p, pp - 1))
 
 
+def offload_time(ctx, hw, p):
+    """Host-link offload traffic of the slower of the first and last stage."""
+    pp = _w(p.pp)
+    return np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1)) / hw.host_bw
+
+
 def pipeline_time(ctx, hw, p, sts):
     """The pipeline schedule of `evaluate` from `stage_times`' per-micro-batch stage times `sts`
     (hw: `network.hardware_view`): T_pipe = (m·v − f)·max_i t_i / v + f·Σ_i t_i / v (f schedules,
@@ -482,8 +488,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     dp_exposed = np.maximum(ex0, exl)
     dp_total = np.maximum(tot0, totl)
     optimizer = optimizer_time(ctx, hw, p)
-    off_bytes = np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1))
-    offload = off_bytes / hw.host_bw
+    offload = offload_time(ctx, hw, p)
     overhead = _w(hw.step_overhead_s) + 0 * pp
     step = compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + pp_comm + dp_exposed \
         + optimizer + offload + overhead

@@ -1,0 +1,362 @@
+"""Bounded exact search: a lower bound on step time per cell prunes whole state axes unevaluated.
+
+A *cell* is one degree row with one option of every group but the last (misc, tp, rc, batch); the
+last group (state: ZeRO, reshard, dp_replicate, offload, φ) holds up to a few hundred options, so a
+cell stands for that many plans. For every cell the search computes a lower bound on
+`evaluate(...)["step_s"]` over all its plans, evaluates the cells in increasing bound order, and
+stops when the next bound exceeds the k-th best step found: every plan left is slower than the
+top k, so the result is the exact top k of the full enumeration (same plans, same order, same tie
+break by canonical key).
+
+The bound (cost.step, by its definitions)
+----------------------------------------
+  step = S + bubble + pp_comm + dp_exposed + optimizer + offload + overhead,
+  S = compute + recompute + tp + cp + ep (binding stage, m micro-batches),
+  bubble = max(T_pipe − m·t_max, 0) + max(m·t_max − S, 0) ≥ T_pipe − S,
+so, with dp_exposed ≥ 0,
+
+  step ≥ T_pipe + pp_comm + overhead + optimizer + offload.                          (1)
+
+T_pipe and pp_comm come from `stage_times` and `pipeline_time`, optimizer and offload from
+`optimizer_time` and `offload_time`:
+the very functions `evaluate` calls, here on smaller grids:
+- P = T_pipe + pp_comm + overhead on (cell × state class): two state options are in one class
+  when they agree on every state column P reads. The columns read are recorded while P is
+  computed (a proxy over the plan columns); the classes start as one per row and are refined until
+  P reads no state column beyond those that define them, so P is exact for every member of a class.
+- Q = optimizer + offload on (row × the cell axes Q reads × state option), read columns recorded
+  the same way (offload reads the micro-batch size: the batch axis is kept, the others are one).
+- LB(cell) = min over classes d of [P(cell, d) + min_{s ∈ d} Q(cell, s)] ≤ step of every plan.
+The block-recompute slot (the search solves its layer count from memory) is bounded at the fewest
+layers: each recomputed layer adds its forward (≥ 0) to the backward, so T_pipe grows with it.
+
+Not used where the search must see every plan: `--diverse` (best plan of each family), a
+`threshold` count, and rules that couple option groups (a second legality pass per block); there
+the exhaustive search evaluates everything.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from autoplace.cost import memory
+from autoplace.cost import network as N
+from autoplace.cost.step import offload_time, optimizer_time, pipeline_time, stage_times
+from autoplace.search.batch import COLUMNS, GridBatch, PlanBatch
+
+REL_MARGIN = 1e-9        # a cell is pruned only when LB·(1 − margin) > k-th best (float rounding)
+# attributes a plan batch derives from its columns (batch._Base._derive) → the columns they read
+DERIVED = {"hold": ("zero", "reshard_after_forward"), "p_mode": ("zero", "reshard_after_forward"),
+           "g_mode": ("zero",), "o_mode": ("zero",), "etp": ("t_exp",), "dp_shard": ("dp", "dp_replicate"),
+           "v": ("sched", "vpp"), "vpp_group": ("G",)}
+
+
+class _Reads:
+    """A plan batch that records which columns a cost function reads."""
+
+    def __init__(self, p):
+        object.__setattr__(self, "_p", p)
+        object.__setattr__(self, "seen", set())
+
+    def __getattr__(self, k):
+        if k in ("columns", "flat", "take_flat", "sub", "with_col", "full"):
+            self.seen.update(COLUMNS)           # whole-batch access: everything read
+        self.seen.update(DERIVED.get(k, (k,)))
+        return getattr(self._p, k)
+
+
+def pipeline_bound(ctx, hw, p):
+    """T_pipe + pp_comm + overhead (the schedule part of bound (1)), broadcast over p."""
+    hwv = N.hardware_view(ctx, hw)
+    sts, _, _ = stage_times(ctx, hwv, p)
+    pl = pipeline_time(ctx, hwv, p, sts)
+    return pl["T_pipe"] + pl["pp_comm"] + hwv.step_overhead_s
+
+
+def state_bound(ctx, hw, p):
+    """optimizer + offload (the state part of bound (1)), broadcast over p."""
+    hwv = N.hardware_view(ctx, hw)
+    return optimizer_time(ctx, hwv, p) + offload_time(ctx, hwv, p)
+
+
+def plan_lower_bound(ctx, hw, p):
+    """Bound (1) per plan: T_pipe + pp_comm + overhead + optimizer + offload ≤ evaluate(p)["step_s"]."""
+    return pipeline_bound(ctx, hw, p) + state_bound(ctx, hw, p)
+
+
+class _Spec:
+    """Degree rows of one option-count signature (cells stacked on axis 0)."""
+
+    def __init__(self, rows, sig, n_rl, bslot, starts):
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.sig = tuple(sig)
+        self.n_rl = n_rl
+        self.bslot = bslot
+        self.starts = np.asarray(starts, dtype=np.int64)     # canonical key of each row's first plan
+        self.S = int(sig[-1])
+        self.cells_per_row = int(np.prod(sig[:-1])) if len(sig) > 1 else 1
+
+
+def _specs(en, max_cells: int) -> list[_Spec]:
+    from autoplace.search.blocks import row_block_info
+    tot = en.totals_eval
+    rows = np.nonzero(tot > 0)[0]
+    if rows.size == 0:
+        return []
+    ends = np.cumsum(tot[rows])
+    start = dict(zip(rows.tolist(), (ends - tot[rows]).tolist()))
+    sigs: dict = {}
+    for d in rows.tolist():
+        sigs.setdefault(en.counts_eval(d) + row_block_info(en, d), []).append(d)
+    ng = len(en.groups)
+    out = []
+    for key, members in sigs.items():
+        sig = key[:ng]
+        per = max(1, max_cells // max(1, int(np.prod(sig[:-1]))))
+        for i in range(0, len(members), per):
+            mr = members[i:i + per]
+            out.append(_Spec(mr, sig, key[ng], key[ng + 1], [start[d] for d in mr]))
+    return out
+
+
+def _cell_grid(en, spec: _Spec, state_idx: np.ndarray, space) -> GridBatch:
+    """Grid (rows, misc, tp, rc, batch, D): every cell of the spec × the state options `state_idx`
+    (rows × D option indices); the block-recompute slot at its fewest layers."""
+    ng = len(en.groups)
+    mrows = spec.rows
+    nr = mrows.size
+    D = state_idx.shape[1]
+    shape = [nr] + list(spec.sig[:-1]) + [D]
+    cols = {c: arr[mrows].reshape((-1,) + (1,) * ng) for c, arr in en.deg.items()}
+    for ax, g in enumerate(en.groups[:-1]):
+        idx = g.offsets[mrows][:, None] + np.arange(spec.sig[ax])[None, :]
+        sh = [nr] + [1] * ng
+        sh[ax + 1] = spec.sig[ax]
+        for name, arr in g.cols.items():
+            cols[name] = arr[idx].reshape(sh)
+    g = en.groups[-1]
+    idx = g.offsets[mrows][:, None] + state_idx
+    sh = [nr] + [1] * (ng - 1) + [D]
+    for name, arr in g.cols.items():
+        cols[name] = arr[idx].reshape(sh)
+    if spec.bslot >= 0 and spec.n_rl > 0:
+        ra = en.rc_axis
+        sh = [1] * (ng + 1)
+        sh[ra] = -1
+        slot = (np.arange(spec.sig[ra - 1]) == spec.bslot).reshape(sh)
+        lo = max(space.recompute_layers.lo, 1)
+        cols["recompute_layers"] = np.where(slot, lo, cols["recompute_layers"])
+    return GridBatch(tuple(shape), **cols)
+
+
+def _classes(en, spec: _Spec, read: set) -> tuple[np.ndarray, np.ndarray]:
+    """State classes per row: (rep, inv) — rep (rows × Dmax) the first option of each class (padded
+    with class 0), inv (rows × S) the class of every option. Options agree on the columns `read`."""
+    g = en.groups[-1]
+    nr, S = spec.rows.size, spec.S
+    idx = g.offsets[spec.rows][:, None] + np.arange(S)[None, :]
+    code = np.zeros((nr, S), dtype=np.int64)
+    for name in sorted(read):
+        _, c = np.unique(g.cols[name][idx], return_inverse=True)
+        c = c.reshape(nr, S)
+        code = code * (int(c.max()) + 1) + c
+    order = np.argsort(code, axis=1, kind="stable")
+    sc = np.take_along_axis(code, order, axis=1)
+    new = np.concatenate([np.ones((nr, 1), bool), sc[:, 1:] != sc[:, :-1]], axis=1)
+    rank = np.cumsum(new, axis=1) - 1
+    inv = np.empty((nr, S), dtype=np.int64)
+    np.put_along_axis(inv, order, rank, axis=1)
+    Dmax = int(rank.max()) + 1
+    rep = np.zeros((nr, Dmax), dtype=np.int64)
+    # first option (lowest index) of each class: the stable sort puts it first among its equals
+    r_i, j_i = np.nonzero(new)
+    rep[r_i, rank[r_i, j_i]] = order[r_i, j_i]
+    filled = np.zeros((nr, Dmax), bool)
+    filled[r_i, rank[r_i, j_i]] = True
+    rep = np.where(filled, rep, rep[:, :1])
+    return rep, inv, filled
+
+
+def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None) -> np.ndarray:
+    """LB per cell of `spec` (shape rows × misc × tp × rc × batch) — see the module docstring.
+    `read`: state columns known to be read (from earlier specs; updated in place)."""
+    state_cols = set(en.groups[-1].cols)
+    nr = spec.rows.size
+    read = set() if read is None else read
+    for _ in range(len(state_cols) + 1):
+        rep, inv, filled = _classes(en, spec, read)
+        grid = _cell_grid(en, spec, rep, space)
+        proxy = _Reads(grid)
+        with np.errstate(all="ignore"):
+            P = np.broadcast_to(pipeline_bound(ctx, hw, proxy), grid.shape)
+        more = (proxy.seen & state_cols) - read
+        if not more:
+            break
+        read |= more
+    # Q per (row, state option): optimizer + offload, on the cell axes it reads (min over them)
+    ng = len(en.groups)
+    keep: set = set()
+    allopt = np.broadcast_to(np.arange(spec.S)[None, :], (nr, spec.S))
+    for _ in range(ng):
+        qs = _Spec(spec.rows, tuple(spec.sig[a] if a in keep else 1 for a in range(ng - 1)) + (spec.S,), 0, -1,
+                   spec.starts)
+        q_grid = _cell_grid(en, qs, allopt, space)
+        proxy = _Reads(q_grid)
+        with np.errstate(all="ignore"):
+            Q = np.broadcast_to(state_bound(ctx, hw, proxy), q_grid.shape)
+        more = {a for a, g in enumerate(en.groups[:-1]) if proxy.seen & set(g.cols)} - keep
+        if not more:
+            break
+        keep |= more
+    Dmax = rep.shape[1]
+    Qd = np.full(Q.shape[:-1] + (Dmax,), np.inf)
+    cls = inv.reshape((nr,) + (1,) * (ng - 1) + (spec.S,))
+    for d in range(Dmax):
+        Qd[..., d] = np.where(cls == d, Q, np.inf).min(axis=-1)
+    Qd = np.where(filled.reshape((nr,) + (1,) * (ng - 1) + (Dmax,)), Qd, np.inf)
+    lb = P + Qd
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(lb, nan=-np.inf).min(axis=-1)
+
+
+def _gather(en, spec: _Spec, flat: np.ndarray) -> tuple[GridBatch, np.ndarray, np.ndarray]:
+    """(grid, keys, slot): the cells `flat` (indices into the spec's cell array) × all their state
+    options as a (cells × S) grid; keys (flat, C order); slot marks block-recompute-slot cells."""
+    ng = len(en.groups)
+    cshape = (spec.rows.size,) + spec.sig[:-1]
+    ix = np.unravel_index(flat, cshape)
+    r = ix[0]
+    mrows = spec.rows[r]
+    S = spec.S
+    cols = {c: arr[mrows][:, None] for c, arr in en.deg.items()}
+    for ax, g in enumerate(en.groups[:-1]):
+        pos = g.offsets[mrows] + ix[ax + 1]
+        for name, arr in g.cols.items():
+            cols[name] = arr[pos][:, None]
+    g = en.groups[-1]
+    idx = g.offsets[mrows][:, None] + np.arange(S)[None, :]
+    for name, arr in g.cols.items():
+        cols[name] = arr[idx]
+    grid = GridBatch((flat.size, S), **cols)
+    local = np.ravel_multi_index(ix[1:], spec.sig[:-1]) if ng > 1 else np.zeros(flat.size, np.int64)
+    keys = (spec.starts[r] + local * S)[:, None] + np.arange(S)[None, :]
+    if spec.bslot >= 0 and spec.n_rl > 0:
+        slot = (ix[en.rc_axis] == spec.bslot)[:, None]
+    else:
+        slot = np.zeros((flat.size, 1), bool)
+    return grid, keys.reshape(-1), slot
+
+
+def _take_rows(g: GridBatch, sel: np.ndarray) -> GridBatch:
+    """Rows `sel` (axis 0) of a 2-D grid."""
+    cols = {c: (a[sel] if a.ndim == 2 and a.shape[0] > 1 else a) for c, a in g.columns().items()}
+    return GridBatch((sel.size, g.shape[1]), **cols)
+
+
+def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat):
+    """evaluate() on the gathered cells; the block-recompute slot gets the fewest layers that fit
+    (as `exhaustive._block_layers`, checked against evaluate's own `fits`)."""
+    from autoplace.search.exhaustive import evaluate_block
+    g, keys, slot = _gather(en, spec, flat)
+    hi = None
+    if slot.any():
+        lo = max(space.recompute_layers.lo, 1)
+        hi = lo + spec.n_rl - 1
+        sel = np.nonzero(slot[:, 0])[0]
+        gs = _take_rows(g, sel)
+        limit = memory.memory_limit(hw, headroom)
+        need = None
+        with np.errstate(all="ignore"):
+            for i in (0, gs.pp - 1):
+                M0, M1 = (np.broadcast_to(memory.stage_memory(ctx, hw, gs.with_col(
+                    recompute_layers=np.full((1, 1), r, np.int64)), i)["total"], gs.shape) for r in (0, 1))
+                slope = M0 - M1
+                r = np.where(M0 <= limit, 0.0,
+                             np.where(slope > 0, np.ceil((M0 - limit) / np.where(slope > 0, slope, 1.0)), np.inf))
+                need = r if need is None else np.maximum(need, r)
+        need = np.maximum(need, lo)
+        rl_col = np.array(np.broadcast_to(g.recompute_layers, g.shape))
+        rl_col[sel] = np.where(need <= hi, need, hi).astype(np.int64)
+        g = g.with_col(recompute_layers=rl_col)
+    ev = evaluate_block(ctx, hw, g, headroom)
+    if hi is not None:
+        for _ in range(3):
+            fits = ev["fits"].astype(bool).reshape(g.shape)
+            rl_col = np.broadcast_to(g.recompute_layers, g.shape)
+            bad = slot & ~fits & (rl_col < hi)
+            if not bad.any():
+                break
+            g = g.with_col(recompute_layers=np.where(bad, rl_col + 1, rl_col))
+            ev = evaluate_block(ctx, hw, g, headroom)
+    return g, keys, ev
+
+
+def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None) -> dict:
+    """Exact top-k of `en` (separable rules) by bound-ordered evaluation; the result dict of
+    `exhaustive.run_exhaustive` with stats `evaluated` (plans the cost model evaluated) and
+    `pruned_by_bound` (plans never evaluated: their cell's bound exceeds the k-th best step)."""
+    from autoplace.search.exhaustive import TopK, resolved_ctx
+    t0 = time.perf_counter()
+    ctx = resolved_ctx(ctx)
+    k = max(1, int(top_k))
+    specs = _specs(en, max(1, chunk // 8))
+    lbs, sid, cid = [], [], []
+    read: set = set()
+    for i, sp in enumerate(specs):
+        lb = cell_bounds(ctx, hw, en, sp, space, read).reshape(-1)
+        lbs.append(lb)
+        sid.append(np.full(lb.size, i, np.int64))
+        cid.append(np.arange(lb.size, dtype=np.int64))
+    t_bound = time.perf_counter() - t0
+    top = TopK(k)
+    total = en.evaluated
+    evaluated = 0
+    if lbs:
+        lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
+        weight = np.array([sp.S for sp in specs], dtype=np.int64)[sid]
+        order = np.argsort(lb, kind="stable")
+        lb, sid, cid, weight = lb[order], sid[order], cid[order], weight[order]
+        csum = np.cumsum(weight)
+        pos, n = 0, lb.size
+        while pos < n:
+            kth = top.steps[k - 1] if top.steps.size >= k else np.inf
+            if lb[pos] * (1.0 - REL_MARGIN) > kth:
+                break
+            # the next ~chunk plans, cut where the bound passes the k-th best
+            size = chunk if np.isfinite(kth) else max(1, chunk // 16)    # a small first pass sets the incumbent
+            end = int(np.searchsorted(csum, (csum[pos - 1] if pos else 0) + size, side="right"))
+            end = max(end, pos + 1)
+            if np.isfinite(kth):
+                end = min(end, int(np.searchsorted(lb, kth / (1.0 - REL_MARGIN), side="right")))
+                end = max(end, pos + 1)
+            s_b, c_b = sid[pos:end], cid[pos:end]
+            for s in np.unique(s_b):
+                g, keys, ev = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[s_b == s]))
+                step, fits = ev["step_s"], ev["fits"].astype(bool)
+                feasible = fits & np.isfinite(step)
+                with np.errstate(all="ignore"):
+                    ratio = ev["peak_bytes"] / ev["limit_bytes"]
+                top.offer(g, step, keys, feasible, np.isfinite(ratio), ratio)
+                evaluated += g.size
+            pos = end
+            if progress is not None:
+                progress(min(total, evaluated + (total - evaluated) * pos // n), total)
+    if progress is not None:
+        progress(total, total)
+    stats = {
+        "candidates": en.candidates,
+        "legal": int(en.totals_kept.sum()),
+        "feasible": None,
+        "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())),
+        "evaluated": evaluated,
+        "pruned_by_bound": total - evaluated,
+        "bound_seconds": t_bound,
+        "workers": 1,
+        "method": "exhaustive",
+        "optimal": True,
+        "seconds": time.perf_counter() - t0,
+    }
+    return {"top": top.batch if top.batch is not None else PlanBatch.empty(), "steps": top.steps,
+            "stats": stats, "closest": top.close_batch, "closest_ratio": top.close_ratio, "enumeration": en}
