@@ -5,10 +5,13 @@ Methods
 - `ilp`: exhaustive, then CP-SAT re-splits the layers and recompute counts of the top plans that use
   a pipeline (non-uniform stages); a refined plan replaces its uniform parent when `evaluate` says it
   is faster.
-- `bayes`: Optuna TPE over the same space, seeded with the analytic optimum (the exhaustive
-  optimum when the space is small enough, else the optimum of the coarse sub-space).
-- `auto`: `exhaustive` when the plans to evaluate are at most `AUTO_EXHAUSTIVE_MAX`, else `bayes`;
-  then the ILP refinement when the winner has a 1F1B/GPipe pipeline.
+- `bayes`: Optuna TPE over the same space, seeded with the optimum of the coarse sub-space (never
+  with an exhaustive optimum: an exhaustive run that finished is already the answer). For spaces
+  with measured trials or objectives the model cannot enumerate.
+- `auto`: exhaustive with bounds (`autoplace.search.bounds`: exact, the same top k as evaluating
+  every plan) whenever the rules are separable; else `exhaustive` when the plans to evaluate are at
+  most `AUTO_EXHAUSTIVE_MAX`, else `bayes`; then the ILP refinement when the winner has a
+  1F1B/GPipe pipeline.
 """
 
 from __future__ import annotations
@@ -166,8 +169,14 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     reason = ""
     if families and method == "bayes":
         raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
+    bounded = False
     if method == "auto":
-        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
+        from autoplace.search.pruning import rules_separable
+        if not families and rules_separable(ctx, en) and en.groups and en.groups[-1].name == "state":
+            chosen, bounded = "exhaustive", True
+            reason = (f"{en.evaluated:,} plans: exhaustive with bounds (exact; plans whose lower bound on step "
+                      "time exceeds the best found are never evaluated)")
+        elif en.evaluated <= AUTO_EXHAUSTIVE_MAX:
             chosen = "exhaustive"
             reason = (f"{en.evaluated:,} plans to evaluate ≤ {AUTO_EXHAUSTIVE_MAX:,}: exhaustive (exact)")
         else:
@@ -176,21 +185,19 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
                       f"({trials} trials) seeded with the coarse-space optimum")
     if chosen in ("exhaustive", "ilp"):
         res = run_exhaustive(ctx, hw, space, headroom, top_k=top_k, chunk=chunk, progress=progress,
-                             enumeration=en, workers=workers, families=families)
+                             enumeration=en, workers=workers, families=families, bounded=bounded)
+        if bounded:
+            n_skip = res["stats"].get("pruned_by_bound", 0)
+            reason += f"; {res['stats']['evaluated']:,} evaluated, {n_skip:,} ruled out by the bound"
     elif families:
         raise InputError(f"--diverse needs the exhaustive search, and {en.evaluated:,} plans to evaluate are more "
                          f"than the {AUTO_EXHAUSTIVE_MAX:,} that --method auto searches exhaustively; "
                          "pass --method exhaustive or narrow the space")
     else:
         from autoplace.search.bayes import analytic_seed, run_bayes
-        seeds = []
-        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
-            ex = run_exhaustive(ctx, hw, space, headroom, top_k=1, chunk=chunk, enumeration=en, workers=workers)
-            seeds = _result_plans(ex)
-            seed_note = "exhaustive optimum"
-        else:
-            seeds = analytic_seed(ctx, hw, space, headroom, extra_rules=rules)
-            seed_note = "coarse-space optimum"
+        # never seeded by an exhaustive run: one that finished would already be the answer
+        seeds = analytic_seed(ctx, hw, space, headroom, extra_rules=rules)
+        seed_note = "coarse-space optimum"
         res = run_bayes(ctx, hw, space, headroom, n_trials=trials, seed=seed, seed_plans=seeds,
                         top_k=top_k, progress=progress, extra_rules=rules)
         res["stats"]["seed"] = seed_note
