@@ -48,7 +48,7 @@ def _same(a: dict, b: dict) -> None:
     assert a["top"].plans() == b["top"].plans()
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_bounded_top_k_equals_full_enumeration(data):
     draw = data.draw
@@ -101,3 +101,27 @@ def test_auto_is_bounded_exact_and_prunes():
     assert s["pruned_by_bound"] > 10 * s["evaluated"]          # the bound does the work
     assert [float(x) for x in full["steps"]] == r["steps"]
     assert full["top"].plans() == r["plans"]
+
+
+@pytest.mark.parametrize("launcher,runtime", [("megatron", "megatron-core"), ("torchtitan", "torchtitan")])
+def test_bounded_with_runtime_rules_equals_full(launcher, runtime):
+    """A runtime's capability rules couple option groups: the evaluated plans get the second legality
+    pass, and the top k is still the full enumeration's."""
+    from autoplace.export.registry import get_launcher
+    from autoplace.runtimes import load_runtime, training_spec
+    from autoplace.runtimes.check import capability_rules
+    from autoplace.search.space import space_for_runtime
+    rt = load_runtime(runtime)
+    rules = list(get_launcher(launcher).rules(rt))
+    have = {r.id for r in rules}
+    rules = tuple(rules + [r for r in capability_rules(rt) if r.id not in have])
+    hw = load_hardware()
+    ctx = Ctx(get_preset("mixtral-8x7b"), training_spec(rt, seq_len=4096, global_batch=256), 32, hw)
+    sp = space_for_runtime(rt, base=load_space("default")).with_(pp=Choice((1, 2, 4)), cp=Choice((1, 2)),
+                                                                  mbs=Choice((1, 2)))
+    en = enumerate_space(ctx, sp, collapse_block=True, extra_rules=rules)
+    full = run_exhaustive(ctx, hw, sp, top_k=4, workers=1, enumeration=en)
+    en = enumerate_space(ctx, sp, collapse_block=True, extra_rules=rules)
+    bnd = run_exhaustive(ctx, hw, sp, top_k=4, workers=1, enumeration=en, bounded=True)
+    _same(bnd, full)
+    assert len(full["top"]) == 4 and bnd["stats"]["pruned_by_bound"] > 0

@@ -160,7 +160,8 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
-    con.print(f"[dim]{s['candidates']:,} candidates · {s['legal']:,} legal · "
+    con.print(f"[dim]{s['candidates']:,} candidates · "
+              + (f"{s['legal']:,} legal · " if s.get("legal") is not None else "")
               + (f"{s['feasible']:,} fit · " if s.get("feasible") is not None else "")
               + f"{s['evaluated']:,} evaluated · {s['seconds']:.2f} s · {s['method_reason']}[/]")
     if s.get("space_note"):

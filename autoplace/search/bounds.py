@@ -30,9 +30,10 @@ the very functions `evaluate` calls, here on smaller grids:
 The block-recompute slot (the search solves its layer count from memory) is bounded at the fewest
 layers: each recomputed layer adds its forward (≥ 0) to the backward, so T_pipe grows with it.
 
-Not used where the search must see every plan: `--diverse` (best plan of each family), a
-`threshold` count, and rules that couple option groups (a second legality pass per block); there
-the exhaustive search evaluates everything.
+Not used where the search must see every plan: `--diverse` (best plan of each family) and a
+`threshold` count; there the exhaustive search evaluates everything. Rules that couple option
+groups (a runtime's capability rules) are checked on the evaluated plans only: the bound holds for
+every plan, legal or not, so the top k is still exact, but the legal count is then unknown (None).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from autoplace.cost import memory
 from autoplace.cost import network as N
 from autoplace.cost.step import offload_time, optimizer_time, pipeline_time, stage_times
 from autoplace.search.batch import COLUMNS, GridBatch, PlanBatch
+from autoplace.search.pruning import legal_mask
 
 REL_MARGIN = 1e-9        # a cell is pruned only when LB·(1 − margin) > k-th best (float rounding)
 # attributes a plan batch derives from its columns (batch._Base._derive) → the columns they read
@@ -293,10 +295,13 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat):
     return g, keys, ev
 
 
-def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None) -> dict:
-    """Exact top-k of `en` (separable rules) by bound-ordered evaluation; the result dict of
+def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None,
+                separable: bool = True) -> dict:
+    """Exact top-k of `en` by bound-ordered evaluation; the result dict of
     `exhaustive.run_exhaustive` with stats `evaluated` (plans the cost model evaluated) and
-    `pruned_by_bound` (plans never evaluated: their cell's bound exceeds the k-th best step)."""
+    `pruned_by_bound` (plans never evaluated: their cell's bound exceeds the k-th best step).
+    separable=False (rules that read two option groups): evaluated plans get the second legality
+    pass; `legal` is then None (plans the bound rules out are not checked)."""
     from autoplace.search.exhaustive import TopK, resolved_ctx
     t0 = time.perf_counter()
     ctx = resolved_ctx(ctx)
@@ -335,10 +340,12 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
             for s in np.unique(s_b):
                 g, keys, ev = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[s_b == s]))
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
-                feasible = fits & np.isfinite(step)
+                # rules that read two option groups: the second legality pass, on these plans only
+                legal = np.ones(g.size, bool) if separable else legal_mask(ctx, g, en.rules)
+                feasible = legal & fits & np.isfinite(step)
                 with np.errstate(all="ignore"):
                     ratio = ev["peak_bytes"] / ev["limit_bytes"]
-                top.offer(g, step, keys, feasible, np.isfinite(ratio), ratio)
+                top.offer(g, step, keys, feasible, legal & np.isfinite(ratio), ratio)
                 evaluated += g.size
             pos = end
             if progress is not None:
@@ -347,7 +354,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
         progress(total, total)
     stats = {
         "candidates": en.candidates,
-        "legal": int(en.totals_kept.sum()),
+        "legal": int(en.totals_kept.sum()) if separable else None,
         "feasible": None,
         "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())),
         "evaluated": evaluated,

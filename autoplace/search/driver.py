@@ -9,7 +9,7 @@ Methods
   with an exhaustive optimum: an exhaustive run that finished is already the answer). For spaces
   with measured trials or objectives the model cannot enumerate.
 - `auto`: exhaustive with bounds (`autoplace.search.bounds`: exact, the same top k as evaluating
-  every plan) whenever the rules are separable; else `exhaustive` when the plans to evaluate are at
+  every plan); with `families` (--diverse) `exhaustive` when the plans to evaluate are at
   most `AUTO_EXHAUSTIVE_MAX`, else `bayes`; then the ILP refinement when the winner has a
   1F1B/GPipe pipeline.
 """
@@ -171,8 +171,7 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
         raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
     bounded = False
     if method == "auto":
-        from autoplace.search.pruning import rules_separable
-        if not families and rules_separable(ctx, en) and en.groups and en.groups[-1].name == "state":
+        if not families and en.groups and en.groups[-1].name == "state":
             chosen, bounded = "exhaustive", True
             reason = (f"{en.evaluated:,} plans: exhaustive with bounds (exact; plans whose lower bound on step "
                       "time exceeds the best found are never evaluated)")

@@ -288,17 +288,17 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
 
     bounded: evaluate cells in order of a lower bound on their step time and stop when the bound
     passes the k-th best (`autoplace.search.bounds`): the same top k, exact, far fewer evaluations;
-    `feasible` is then None (not every plan is evaluated). Ignored with `families`, `threshold`,
-    or rules that couple option groups."""
+    `feasible` is then None (not every plan is evaluated), and `legal` too when rules couple option
+    groups. Ignored with `families` or `threshold`."""
     global _JOB
     t0 = time.perf_counter()
     ctx = resolved_ctx(ctx)
     en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block,
                                         extra_rules=extra_rules)
     separable = rules_separable(ctx, en)
-    if bounded and separable and not families and threshold is None and en.groups and en.groups[-1].name == "state":
+    if bounded and not families and threshold is None and en.groups and en.groups[-1].name == "state":
         from autoplace.search.bounds import run_bounded
-        return run_bounded(ctx, hw, space, headroom, top_k, en, chunk, progress)
+        return run_bounded(ctx, hw, space, headroom, top_k, en, chunk, progress, separable=separable)
     specs = en.block_specs(chunk)
     total = en.evaluated
     n_workers = default_workers(total) if workers is None else max(1, int(workers))
