@@ -91,14 +91,20 @@ def plan_lower_bound(ctx, hw, p):
 class _Spec:
     """Degree rows of one option-count signature (cells stacked on axis 0)."""
 
-    def __init__(self, rows, sig, n_rl, bslot, starts):
+    def __init__(self, rows, sig, n_rl, bslot, starts, s_row=None):
         self.rows = np.asarray(rows, dtype=np.int64)
         self.sig = tuple(sig)
         self.n_rl = n_rl
         self.bslot = bslot
         self.starts = np.asarray(starts, dtype=np.int64)     # canonical key of each row's first plan
-        self.S = int(sig[-1])
+        self.S = int(sig[-1])                                 # state options of the widest row
+        self.s_row = np.full(self.rows.size, self.S, np.int64) if s_row is None else np.asarray(s_row, np.int64)
         self.cells_per_row = int(np.prod(sig[:-1])) if len(sig) > 1 else 1
+
+    def all_states(self) -> np.ndarray:
+        """rows × S option indices: every state option of each row, padded with option 0."""
+        a = np.arange(self.S)[None, :]
+        return np.where(a < self.s_row[:, None], a, 0)
 
 
 def _specs(en, max_cells: int) -> list[_Spec]:
@@ -110,16 +116,18 @@ def _specs(en, max_cells: int) -> list[_Spec]:
     ends = np.cumsum(tot[rows])
     start = dict(zip(rows.tolist(), (ends - tot[rows]).tolist()))
     sigs: dict = {}
-    for d in rows.tolist():
-        sigs.setdefault(en.counts_eval(d) + row_block_info(en, d), []).append(d)
     ng = len(en.groups)
+    for d in rows.tolist():
+        c = en.counts_eval(d)          # rows that differ only in their count of state options share a spec
+        sigs.setdefault(c[:-1] + row_block_info(en, d), []).append(d)
     out = []
     for key, members in sigs.items():
-        sig = key[:ng]
-        per = max(1, max_cells // max(1, int(np.prod(sig[:-1]))))
+        cells = key[:ng - 1]
+        per = max(1, max_cells // max(1, int(np.prod(cells))))
         for i in range(0, len(members), per):
             mr = members[i:i + per]
-            out.append(_Spec(mr, sig, key[ng], key[ng + 1], [start[d] for d in mr]))
+            s_row = [int(en.groups[-1].counts[d]) for d in mr]
+            out.append(_Spec(mr, cells + (max(s_row),), key[ng - 1], key[ng], [start[d] for d in mr], s_row))
     return out
 
 
@@ -158,7 +166,7 @@ def _classes(en, spec: _Spec, read: set) -> tuple[np.ndarray, np.ndarray]:
     with class 0), inv (rows × S) the class of every option. Options agree on the columns `read`."""
     g = en.groups[-1]
     nr, S = spec.rows.size, spec.S
-    idx = g.offsets[spec.rows][:, None] + np.arange(S)[None, :]
+    idx = g.offsets[spec.rows][:, None] + spec.all_states()
     code = np.zeros((nr, S), dtype=np.int64)
     for name in sorted(read):
         _, c = np.unique(g.cols[name][idx], return_inverse=True)
@@ -181,9 +189,10 @@ def _classes(en, spec: _Spec, read: set) -> tuple[np.ndarray, np.ndarray]:
     return rep, inv, filled
 
 
-def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None) -> np.ndarray:
+def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: set | None = None) -> np.ndarray:
     """LB per cell of `spec` (shape rows × misc × tp × rc × batch) — see the module docstring.
-    `read`: state columns known to be read (from earlier specs; updated in place)."""
+    `read`: state columns P is known to read, `keep`: cell axes Q is known to read (from earlier
+    specs; both updated in place — a larger set only refines, so the bound stays exact)."""
     state_cols = set(en.groups[-1].cols)
     nr = spec.rows.size
     read = set() if read is None else read
@@ -199,11 +208,11 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None) -> np.
         read |= more
     # Q per (row, state option): optimizer + offload, on the cell axes it reads (min over them)
     ng = len(en.groups)
-    keep: set = set()
-    allopt = np.broadcast_to(np.arange(spec.S)[None, :], (nr, spec.S))
+    keep = set() if keep is None else keep
+    allopt = spec.all_states()
     for _ in range(ng):
         qs = _Spec(spec.rows, tuple(spec.sig[a] if a in keep else 1 for a in range(ng - 1)) + (spec.S,), 0, -1,
-                   spec.starts)
+                   spec.starts, spec.s_row)
         q_grid = _cell_grid(en, qs, allopt, space)
         proxy = _Reads(q_grid)
         with np.errstate(all="ignore"):
@@ -223,7 +232,7 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None) -> np.
         return np.nan_to_num(lb, nan=-np.inf).min(axis=-1)
 
 
-def _gather(en, spec: _Spec, flat: np.ndarray) -> tuple[GridBatch, np.ndarray, np.ndarray]:
+def _gather(en, spec: _Spec, flat: np.ndarray, S: int) -> tuple[GridBatch, np.ndarray, np.ndarray]:
     """(grid, keys, slot): the cells `flat` (indices into the spec's cell array) × all their state
     options as a (cells × S) grid; keys (flat, C order); slot marks block-recompute-slot cells."""
     ng = len(en.groups)
@@ -231,7 +240,6 @@ def _gather(en, spec: _Spec, flat: np.ndarray) -> tuple[GridBatch, np.ndarray, n
     ix = np.unravel_index(flat, cshape)
     r = ix[0]
     mrows = spec.rows[r]
-    S = spec.S
     cols = {c: arr[mrows][:, None] for c, arr in en.deg.items()}
     for ax, g in enumerate(en.groups[:-1]):
         pos = g.offsets[mrows] + ix[ax + 1]
@@ -257,11 +265,11 @@ def _take_rows(g: GridBatch, sel: np.ndarray) -> GridBatch:
     return GridBatch((sel.size, g.shape[1]), **cols)
 
 
-def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat):
+def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
     """evaluate() on the gathered cells; the block-recompute slot gets the fewest layers that fit
     (as `exhaustive._block_layers`, checked against evaluate's own `fits`)."""
     from autoplace.search.exhaustive import evaluate_block
-    g, keys, slot = _gather(en, spec, flat)
+    g, keys, slot = _gather(en, spec, flat, S)
     hi = None
     if slot.any():
         lo = max(space.recompute_layers.lo, 1)
@@ -309,8 +317,9 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     specs = _specs(en, max(1, chunk // 8))
     lbs, sid, cid = [], [], []
     read: set = set()
+    keep: set = set()
     for i, sp in enumerate(specs):
-        lb = cell_bounds(ctx, hw, en, sp, space, read).reshape(-1)
+        lb = cell_bounds(ctx, hw, en, sp, space, read, keep).reshape(-1)
         lbs.append(lb)
         sid.append(np.full(lb.size, i, np.int64))
         cid.append(np.arange(lb.size, dtype=np.int64))
@@ -320,7 +329,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     evaluated = 0
     if lbs:
         lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
-        weight = np.array([sp.S for sp in specs], dtype=np.int64)[sid]
+        weight = np.concatenate([np.repeat(sp.s_row, sp.cells_per_row) for sp in specs])
         order = np.argsort(lb, kind="stable")
         lb, sid, cid, weight = lb[order], sid[order], cid[order], weight[order]
         csum = np.cumsum(weight)
@@ -336,9 +345,10 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
             if np.isfinite(kth):
                 end = min(end, int(np.searchsorted(lb, kth / (1.0 - REL_MARGIN), side="right")))
                 end = max(end, pos + 1)
-            s_b, c_b = sid[pos:end], cid[pos:end]
-            for s in np.unique(s_b):
-                g, keys, ev = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[s_b == s]))
+            s_b, c_b, w_b = sid[pos:end], cid[pos:end], weight[pos:end]
+            for s, S in sorted(set(zip(s_b.tolist(), w_b.tolist()))):
+                sel = (s_b == s) & (w_b == S)
+                g, keys, ev = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S)
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
                 # rules that read two option groups: the second legality pass, on these plans only
                 legal = np.ones(g.size, bool) if separable else legal_mask(ctx, g, en.rules)
