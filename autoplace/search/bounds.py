@@ -89,25 +89,50 @@ def plan_lower_bound(ctx, hw, p):
 
 
 class _Spec:
-    """Degree rows of one option-count signature (cells stacked on axis 0)."""
+    """Degree rows stacked on axis 0, every group axis padded to the widest row (a padded position
+    repeats the row's option 0; `valid` marks the real cells)."""
 
-    def __init__(self, rows, sig, n_rl, bslot, starts, s_row=None):
+    def __init__(self, rows, cnt, n_rl, bslot, starts):
         self.rows = np.asarray(rows, dtype=np.int64)
-        self.sig = tuple(sig)
-        self.n_rl = n_rl
-        self.bslot = bslot
-        self.starts = np.asarray(starts, dtype=np.int64)     # canonical key of each row's first plan
-        self.S = int(sig[-1])                                 # state options of the widest row
-        self.s_row = np.full(self.rows.size, self.S, np.int64) if s_row is None else np.asarray(s_row, np.int64)
-        self.cells_per_row = int(np.prod(sig[:-1])) if len(sig) > 1 else 1
+        self.cnt = np.asarray(cnt, dtype=np.int64).reshape(self.rows.size, -1)    # rows × groups option counts
+        self.sig = tuple(int(c) for c in self.cnt.max(axis=0))
+        self.n_rl = np.asarray(n_rl, dtype=np.int64)        # plans the block slot stands for, per row
+        self.bslot = np.asarray(bslot, dtype=np.int64)      # its option index on the rc axis (−1: none)
+        self.starts = np.asarray(starts, dtype=np.int64)    # canonical key of each row's first plan
+        self.S = self.sig[-1]
+        self.s_row = self.cnt[:, -1]
+        self.cells_per_row = int(np.prod(self.sig[:-1])) if len(self.sig) > 1 else 1
+
+    def padded(self, ax: int, n: int | None = None) -> np.ndarray:
+        """rows × n option indices on group axis `ax`: the row's options, then option 0 repeated."""
+        a = np.arange(self.sig[ax] if n is None else n)[None, :]
+        return np.where(a < self.cnt[:, ax:ax + 1], a, 0)
 
     def all_states(self) -> np.ndarray:
-        """rows × S option indices: every state option of each row, padded with option 0."""
-        a = np.arange(self.S)[None, :]
-        return np.where(a < self.s_row[:, None], a, 0)
+        return self.padded(len(self.sig) - 1)
+
+    def valid(self) -> np.ndarray:
+        """Real (unpadded) cells, shape rows × cell axes."""
+        ng = len(self.sig)
+        ok = np.ones((self.rows.size,) + self.sig[:-1], bool)
+        for ax in range(ng - 1):
+            sh = [self.rows.size] + [1] * (ng - 1)
+            sh[ax + 1] = self.sig[ax]
+            ok &= (np.arange(self.sig[ax])[None, :] < self.cnt[:, ax:ax + 1]).reshape(sh)
+        return ok
+
+    def reduced(self, keep: set) -> "_Spec":
+        """The same rows with every cell axis not in `keep` cut to its first option (no block slot)."""
+        cnt = self.cnt.copy()
+        for ax in range(cnt.shape[1] - 1):
+            if ax not in keep:
+                cnt[:, ax] = 1
+        return _Spec(self.rows, cnt, np.zeros_like(self.n_rl), np.full_like(self.bslot, -1), self.starts)
 
 
 def _specs(en, max_cells: int) -> list[_Spec]:
+    """Rows with plans, sorted by their option counts (little padding), stacked while the padded
+    cell grid stays within max_cells."""
     from autoplace.search.blocks import row_block_info
     tot = en.totals_eval
     rows = np.nonzero(tot > 0)[0]
@@ -115,19 +140,24 @@ def _specs(en, max_cells: int) -> list[_Spec]:
         return []
     ends = np.cumsum(tot[rows])
     start = dict(zip(rows.tolist(), (ends - tot[rows]).tolist()))
-    sigs: dict = {}
-    ng = len(en.groups)
-    for d in rows.tolist():
-        c = en.counts_eval(d)          # rows that differ only in their count of state options share a spec
-        sigs.setdefault(c[:-1] + row_block_info(en, d), []).append(d)
-    out = []
-    for key, members in sigs.items():
-        cells = key[:ng - 1]
-        per = max(1, max_cells // max(1, int(np.prod(cells))))
-        for i in range(0, len(members), per):
-            mr = members[i:i + per]
-            s_row = [int(en.groups[-1].counts[d]) for d in mr]
-            out.append(_Spec(mr, cells + (max(s_row),), key[ng - 1], key[ng], [start[d] for d in mr], s_row))
+    info = {d: (en.counts_eval(d), row_block_info(en, d)) for d in rows.tolist()}
+    order = sorted(rows.tolist(), key=lambda d: (info[d][0][:-1], info[d][1]))
+    out, cur, mx = [], [], None
+
+    def flush():
+        if cur:
+            out.append(_Spec(cur, [info[d][0] for d in cur], [info[d][1][0] for d in cur],
+                             [info[d][1][1] for d in cur], [start[d] for d in cur]))
+
+    for d in order:
+        c = np.array(info[d][0][:-1], dtype=np.int64)
+        m2 = c if mx is None else np.maximum(mx, c)
+        if cur and (len(cur) + 1) * int(np.prod(m2)) > max_cells:
+            flush()
+            cur, m2 = [], c
+        cur.append(d)
+        mx = m2
+    flush()
     return out
 
 
@@ -141,7 +171,7 @@ def _cell_grid(en, spec: _Spec, state_idx: np.ndarray, space) -> GridBatch:
     shape = [nr] + list(spec.sig[:-1]) + [D]
     cols = {c: arr[mrows].reshape((-1,) + (1,) * ng) for c, arr in en.deg.items()}
     for ax, g in enumerate(en.groups[:-1]):
-        idx = g.offsets[mrows][:, None] + np.arange(spec.sig[ax])[None, :]
+        idx = g.offsets[mrows][:, None] + spec.padded(ax)
         sh = [nr] + [1] * ng
         sh[ax + 1] = spec.sig[ax]
         for name, arr in g.cols.items():
@@ -151,11 +181,11 @@ def _cell_grid(en, spec: _Spec, state_idx: np.ndarray, space) -> GridBatch:
     sh = [nr] + [1] * (ng - 1) + [D]
     for name, arr in g.cols.items():
         cols[name] = arr[idx].reshape(sh)
-    if spec.bslot >= 0 and spec.n_rl > 0:
+    if np.any((spec.bslot >= 0) & (spec.n_rl > 0)):
         ra = en.rc_axis
-        sh = [1] * (ng + 1)
-        sh[ra] = -1
-        slot = (np.arange(spec.sig[ra - 1]) == spec.bslot).reshape(sh)
+        sh = [nr] + [1] * ng
+        sh[ra] = spec.sig[ra - 1]
+        slot = ((np.arange(spec.sig[ra - 1])[None, :] == spec.bslot[:, None]) & (spec.n_rl[:, None] > 0)).reshape(sh)
         lo = max(space.recompute_layers.lo, 1)
         cols["recompute_layers"] = np.where(slot, lo, cols["recompute_layers"])
     return GridBatch(tuple(shape), **cols)
@@ -189,8 +219,9 @@ def _classes(en, spec: _Spec, read: set) -> tuple[np.ndarray, np.ndarray]:
     return rep, inv, filled
 
 
-def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: set | None = None) -> np.ndarray:
-    """LB per cell of `spec` (shape rows × misc × tp × rc × batch) — see the module docstring.
+def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: set | None = None):
+    """(LB, valid) per cell of `spec` (shape rows × misc × tp × rc × batch; valid: not padding) —
+    see the module docstring.
     `read`: state columns P is known to read, `keep`: cell axes Q is known to read (from earlier
     specs; both updated in place — a larger set only refines, so the bound stays exact)."""
     state_cols = set(en.groups[-1].cols)
@@ -211,9 +242,7 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: 
     keep = set() if keep is None else keep
     allopt = spec.all_states()
     for _ in range(ng):
-        qs = _Spec(spec.rows, tuple(spec.sig[a] if a in keep else 1 for a in range(ng - 1)) + (spec.S,), 0, -1,
-                   spec.starts, spec.s_row)
-        q_grid = _cell_grid(en, qs, allopt, space)
+        q_grid = _cell_grid(en, spec.reduced(keep), allopt, space)
         proxy = _Reads(q_grid)
         with np.errstate(all="ignore"):
             Q = np.broadcast_to(state_bound(ctx, hw, proxy), q_grid.shape)
@@ -221,6 +250,8 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: 
         if not more:
             break
         keep |= more
+    if "recompute_layers" in proxy.seen:
+        Q = np.zeros_like(Q)        # the slot's layer count is solved later: no bound from Q
     Dmax = rep.shape[1]
     Qd = np.full(Q.shape[:-1] + (Dmax,), np.inf)
     cls = inv.reshape((nr,) + (1,) * (ng - 1) + (spec.S,))
@@ -229,34 +260,32 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: 
     Qd = np.where(filled.reshape((nr,) + (1,) * (ng - 1) + (Dmax,)), Qd, np.inf)
     lb = P + Qd
     with np.errstate(invalid="ignore"):
-        return np.nan_to_num(lb, nan=-np.inf).min(axis=-1)
+        return np.nan_to_num(lb, nan=-np.inf).min(axis=-1), spec.valid()
 
 
-def _gather(en, spec: _Spec, flat: np.ndarray, S: int) -> tuple[GridBatch, np.ndarray, np.ndarray]:
-    """(grid, keys, slot): the cells `flat` (indices into the spec's cell array) × all their state
-    options as a (cells × S) grid; keys (flat, C order); slot marks block-recompute-slot cells."""
-    ng = len(en.groups)
+def _gather(en, spec: _Spec, flat: np.ndarray, S: int):
+    """(grid, keys, slot, r): the cells `flat` (indices into the spec's padded cell array, all real,
+    all of rows with S state options) × their state options as a (cells × S) grid; keys (flat, C
+    order); slot marks block-recompute-slot cells; r their row in the spec."""
     cshape = (spec.rows.size,) + spec.sig[:-1]
     ix = np.unravel_index(flat, cshape)
     r = ix[0]
     mrows = spec.rows[r]
     cols = {c: arr[mrows][:, None] for c, arr in en.deg.items()}
+    local = np.zeros(flat.size, np.int64)
     for ax, g in enumerate(en.groups[:-1]):
         pos = g.offsets[mrows] + ix[ax + 1]
         for name, arr in g.cols.items():
             cols[name] = arr[pos][:, None]
+        local = local * spec.cnt[r, ax] + ix[ax + 1]       # mixed radix over the row's own counts
     g = en.groups[-1]
     idx = g.offsets[mrows][:, None] + np.arange(S)[None, :]
     for name, arr in g.cols.items():
         cols[name] = arr[idx]
     grid = GridBatch((flat.size, S), **cols)
-    local = np.ravel_multi_index(ix[1:], spec.sig[:-1]) if ng > 1 else np.zeros(flat.size, np.int64)
     keys = (spec.starts[r] + local * S)[:, None] + np.arange(S)[None, :]
-    if spec.bslot >= 0 and spec.n_rl > 0:
-        slot = (ix[en.rc_axis] == spec.bslot)[:, None]
-    else:
-        slot = np.zeros((flat.size, 1), bool)
-    return grid, keys.reshape(-1), slot
+    slot = ((ix[en.rc_axis] == spec.bslot[r]) & (spec.n_rl[r] > 0))[:, None]
+    return grid, keys.reshape(-1), slot, r
 
 
 def _take_rows(g: GridBatch, sel: np.ndarray) -> GridBatch:
@@ -269,11 +298,11 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
     """evaluate() on the gathered cells; the block-recompute slot gets the fewest layers that fit
     (as `exhaustive._block_layers`, checked against evaluate's own `fits`)."""
     from autoplace.search.exhaustive import evaluate_block
-    g, keys, slot = _gather(en, spec, flat, S)
+    g, keys, slot, r = _gather(en, spec, flat, S)
     hi = None
     if slot.any():
         lo = max(space.recompute_layers.lo, 1)
-        hi = lo + spec.n_rl - 1
+        hi = (lo + spec.n_rl[r] - 1)[:, None]            # per cell (only slot cells read it)
         sel = np.nonzero(slot[:, 0])[0]
         gs = _take_rows(g, sel)
         limit = memory.memory_limit(hw, headroom)
@@ -288,7 +317,7 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
                 need = r if need is None else np.maximum(need, r)
         need = np.maximum(need, lo)
         rl_col = np.array(np.broadcast_to(g.recompute_layers, g.shape))
-        rl_col[sel] = np.where(need <= hi, need, hi).astype(np.int64)
+        rl_col[sel] = np.where(need <= hi[sel], need, hi[sel]).astype(np.int64)
         g = g.with_col(recompute_layers=rl_col)
     ev = evaluate_block(ctx, hw, g, headroom)
     if hi is not None:
@@ -314,22 +343,26 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     t0 = time.perf_counter()
     ctx = resolved_ctx(ctx)
     k = max(1, int(top_k))
-    specs = _specs(en, max(1, chunk // 8))
+    specs = _specs(en, max(1, chunk // 2))
     lbs, sid, cid = [], [], []
     read: set = set()
     keep: set = set()
+    ws = []
     for i, sp in enumerate(specs):
-        lb = cell_bounds(ctx, hw, en, sp, space, read, keep).reshape(-1)
-        lbs.append(lb)
-        sid.append(np.full(lb.size, i, np.int64))
-        cid.append(np.arange(lb.size, dtype=np.int64))
+        lb, ok = cell_bounds(ctx, hw, en, sp, space, read, keep)
+        ok = ok.reshape(-1)
+        c = np.nonzero(ok)[0]
+        lbs.append(lb.reshape(-1)[c])
+        sid.append(np.full(c.size, i, np.int64))
+        cid.append(c)
+        ws.append(np.repeat(sp.s_row, sp.cells_per_row)[c])
     t_bound = time.perf_counter() - t0
     top = TopK(k)
     total = en.evaluated
     evaluated = 0
     if lbs:
         lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
-        weight = np.concatenate([np.repeat(sp.s_row, sp.cells_per_row) for sp in specs])
+        weight = np.concatenate(ws)
         order = np.argsort(lb, kind="stable")
         lb, sid, cid, weight = lb[order], sid[order], cid[order], weight[order]
         csum = np.cumsum(weight)
