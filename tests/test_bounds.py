@@ -125,3 +125,15 @@ def test_bounded_with_runtime_rules_equals_full(launcher, runtime):
     bnd = run_exhaustive(ctx, hw, sp, top_k=4, workers=1, enumeration=en, bounded=True)
     _same(bnd, full)
     assert len(full["top"]) == 4 and bnd["stats"]["pruned_by_bound"] > 0
+
+
+def test_nothing_fits_counts_and_closest_as_exhaustive():
+    ctx = _ctx("70b", 8)
+    hw = load_hardware().with_(memory_bytes=2 * GIB)
+    sp = load_space("fsdp")
+    full = run_exhaustive(ctx, hw, sp, top_k=3, workers=1)
+    bnd = run_exhaustive(ctx, hw, sp, top_k=3, workers=1, bounded=True)
+    assert len(bnd["top"]) == 0 and bnd["stats"]["pruned_by_bound"] == 0
+    for key in ("legal", "feasible", "evaluated"):
+        assert bnd["stats"][key] == full["stats"][key]
+    assert bnd["closest"].plans() == full["closest"].plans() and bnd["closest_ratio"] == full["closest_ratio"]

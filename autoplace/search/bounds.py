@@ -310,11 +310,11 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
         with np.errstate(all="ignore"):
             for i in (0, gs.pp - 1):
                 M0, M1 = (np.broadcast_to(memory.stage_memory(ctx, hw, gs.with_col(
-                    recompute_layers=np.full((1, 1), r, np.int64)), i)["total"], gs.shape) for r in (0, 1))
+                    recompute_layers=np.full((1, 1), n, np.int64)), i)["total"], gs.shape) for n in (0, 1))
                 slope = M0 - M1
-                r = np.where(M0 <= limit, 0.0,
-                             np.where(slope > 0, np.ceil((M0 - limit) / np.where(slope > 0, slope, 1.0)), np.inf))
-                need = r if need is None else np.maximum(need, r)
+                ri = np.where(M0 <= limit, 0.0,
+                              np.where(slope > 0, np.ceil((M0 - limit) / np.where(slope > 0, slope, 1.0)), np.inf))
+                need = ri if need is None else np.maximum(need, ri)
         need = np.maximum(need, lo)
         rl_col = np.array(np.broadcast_to(g.recompute_layers, g.shape))
         rl_col[sel] = np.where(need <= hi[sel], need, hi[sel]).astype(np.int64)
@@ -329,7 +329,12 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
                 break
             g = g.with_col(recompute_layers=np.where(bad, rl_col + 1, rl_col))
             ev = evaluate_block(ctx, hw, g, headroom)
-    return g, keys, ev
+    # plans each evaluated plan stands for: the block slot all its layer counts (legal), of which
+    # hi − r* + 1 fit
+    wl = np.broadcast_to(np.where(slot, spec.n_rl[r][:, None], 1), g.shape).reshape(-1)
+    wf = wl if hi is None else np.broadcast_to(np.where(slot, hi - np.broadcast_to(g.recompute_layers, g.shape) + 1, 1),
+                                               g.shape).reshape(-1)
+    return g, keys, ev, wl, wf
 
 
 def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None,
@@ -359,7 +364,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     t_bound = time.perf_counter() - t0
     top = TopK(k)
     total = en.evaluated
-    evaluated = 0
+    evaluated = legal_n = feasible_n = 0
     if lbs:
         lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
         weight = np.concatenate(ws)
@@ -381,7 +386,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
             s_b, c_b, w_b = sid[pos:end], cid[pos:end], weight[pos:end]
             for s, S in sorted(set(zip(s_b.tolist(), w_b.tolist()))):
                 sel = (s_b == s) & (w_b == S)
-                g, keys, ev = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S)
+                g, keys, ev, wl, wf = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S)
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
                 # rules that read two option groups: the second legality pass, on these plans only
                 legal = np.ones(g.size, bool) if separable else legal_mask(ctx, g, en.rules)
@@ -390,6 +395,8 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
                     ratio = ev["peak_bytes"] / ev["limit_bytes"]
                 top.offer(g, step, keys, feasible, legal & np.isfinite(ratio), ratio)
                 evaluated += g.size
+                legal_n += int(wl[legal].sum())
+                feasible_n += int(wf[feasible].sum())
             pos = end
             if progress is not None:
                 progress(min(total, evaluated + (total - evaluated) * pos // n), total)
@@ -397,8 +404,9 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
         progress(total, total)
     stats = {
         "candidates": en.candidates,
-        "legal": int(en.totals_kept.sum()) if separable else None,
-        "feasible": None,
+        # every plan evaluated (nothing fits, or top_k above the plans that fit): exact counts
+        "legal": legal_n if evaluated == total else (int(en.totals_kept.sum()) if separable else None),
+        "feasible": feasible_n if evaluated == total else None,
         "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())),
         "evaluated": evaluated,
         "pruned_by_bound": total - evaluated,
