@@ -2,7 +2,7 @@
 
 Methods
 - `exhaustive`: every legal uniform plan evaluated (exact optimum under the model; `optimal: true`).
-- `ilp`: exhaustive, then CP-SAT re-splits the layers and recompute counts of the top plans that use
+- `ilp`: exhaustive (with bounds: the same top k), then CP-SAT re-splits the layers and recompute counts of the top plans that use
   a pipeline (non-uniform stages); a refined plan replaces its uniform parent when `evaluate` says it
   is faster.
 - `bayes`: Optuna TPE over the same space, seeded with the optimum of the coarse sub-space (never
@@ -169,7 +169,7 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     reason = ""
     if families and method == "bayes":
         raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
-    bounded = False
+    bounded = method == "ilp" and not families     # the ILP refines the top k: the bounded search's are exact
     if method == "auto":
         if not families and en.groups and en.groups[-1].name == "state":
             chosen, bounded = "exhaustive", True
