@@ -137,3 +137,18 @@ def test_nothing_fits_counts_and_closest_as_exhaustive():
     for key in ("legal", "feasible", "evaluated"):
         assert bnd["stats"][key] == full["stats"][key]
     assert bnd["closest"].plans() == full["closest"].plans() and bnd["closest_ratio"] == full["closest_ratio"]
+
+
+def test_read_proxy_maps_derived_fields_to_their_columns():
+    from autoplace.search.batch import COLUMNS
+    from autoplace.search.bounds import _Reads
+    ctx = _ctx("13b", 8)
+    en = enumerate_space(ctx, load_space("default"))
+    g = en.make_block(en.block_specs(1 << 12)[0]).grid
+    p = _Reads(g)
+    _ = p.g_mode, p.dp_shard, p.tp
+    assert p.seen == {"zero", "dp", "dp_replicate", "tp"}
+    g.mystery = np.zeros(3)                  # an array the map does not know: counts as reading everything
+    p = _Reads(g)
+    _ = p.mystery
+    assert set(COLUMNS) <= p.seen

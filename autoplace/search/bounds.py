@@ -45,7 +45,7 @@ import numpy as np
 from autoplace.cost import memory
 from autoplace.cost import network as N
 from autoplace.cost.step import offload_time, optimizer_time, pipeline_time, stage_times
-from autoplace.search.batch import COLUMNS, GridBatch, PlanBatch
+from autoplace.search.batch import COLUMNS, EXTRA, GridBatch, PlanBatch
 from autoplace.search.pruning import legal_mask
 
 REL_MARGIN = 1e-9        # a cell is pruned only when LB·(1 − margin) > k-th best (float rounding)
@@ -63,10 +63,12 @@ class _Reads:
         object.__setattr__(self, "seen", set())
 
     def __getattr__(self, k):
-        if k in ("columns", "flat", "take_flat", "sub", "with_col", "full"):
-            self.seen.update(COLUMNS)           # whole-batch access: everything read
+        v = getattr(self._p, k)
+        if k in ("columns", "flat", "take_flat", "sub", "with_col", "full") or (
+                k not in DERIVED and k not in COLUMNS and k not in EXTRA and isinstance(v, np.ndarray)):
+            self.seen.update(COLUMNS)           # whole-batch access, or an array we cannot trace: everything
         self.seen.update(DERIVED.get(k, (k,)))
-        return getattr(self._p, k)
+        return v
 
 
 def pipeline_bound(ctx, hw, p):
