@@ -130,13 +130,17 @@ def _result_plans(res) -> list:
 
 def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: float = 0.0,
                progress=None, trials: int = 200, seed: int = 0, chunk: int | None = None,
-               workers: int | None = None, families: bool = False, extra_rules=()) -> dict:
+               workers: int | None = None, families: bool = False, extra_rules=(), bounded: bool | None = None) -> dict:
     """Search `space` for ctx (model, training, world) on hw.
 
     Returns {plans: [Plan], steps: [s], stats: {...}, closest: Plan | None, closest_ratio,
     enumeration}; with `families` also `families` [(family, step, Plan)], the best plan of each
     plan family (autoplace.search.families), fastest first. Raises NoFeasiblePlanError when no legal
     plan fits (its `closest` attribute carries the plan that came closest) or none is legal.
+
+    bounded: evaluate with bounds (`autoplace.search.bounds`: the same top k, far fewer plans
+    evaluated, fit counts not kept); None → with `auto` and `ilp`, not with `exhaustive`, which
+    evaluates (and counts) every plan.
 
     extra_rules: rules beyond the composition rules (a launcher's / runtime's, `autoplace.search.
     launchers`); a space cut to a runtime (`space.runtime`) adds that runtime's capability rules.
@@ -169,7 +173,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     reason = ""
     if families and method == "bayes":
         raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
-    bounded = method == "ilp" and not families     # the ILP refines the top k: the bounded search's are exact
+    # the ILP refines the top k: the bounded search's are exact
+    bounded = (method == "ilp" if bounded is None else bool(bounded)) and not families
     if method == "auto":
         if not families and en.groups and en.groups[-1].name == "state":
             chosen, bounded = "exhaustive", True
@@ -187,7 +192,8 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
                              enumeration=en, workers=workers, families=families, bounded=bounded)
         if bounded:
             n_skip = res["stats"].get("pruned_by_bound", 0)
-            reason += f"; {res['stats']['evaluated']:,} evaluated, {n_skip:,} ruled out by the bound"
+            reason = (reason or "requested: exhaustive with bounds (exact)") + \
+                f"; {res['stats']['evaluated']:,} evaluated, {n_skip:,} ruled out by the bound"
     elif families:
         raise InputError(f"--diverse needs the exhaustive search, and {en.evaluated:,} plans to evaluate are more "
                          f"than the {AUTO_EXHAUSTIVE_MAX:,} that --method auto searches exhaustively; "
