@@ -296,11 +296,26 @@ def _take_rows(g: GridBatch, sel: np.ndarray) -> GridBatch:
     return GridBatch((sel.size, g.shape[1]), **cols)
 
 
-def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
+def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None):
     """evaluate() on the gathered cells; the block-recompute slot gets the fewest layers that fit
-    (as `exhaustive._block_layers`, checked against evaluate's own `fits`)."""
+    (as `exhaustive._block_layers`, checked against evaluate's own `fits`). rules: check them first
+    and leave out cells without a legal plan. Returns (grid, keys, ev, legal, wl, wf, skipped)."""
     from autoplace.search.exhaustive import evaluate_block
     g, keys, slot, r = _gather(en, spec, flat, S)
+    legal = np.ones(g.size, bool)
+    skipped = 0
+    if rules is not None:
+        legal = legal_mask(ctx, g, rules).reshape(g.shape)
+        live = legal.any(axis=1)
+        if not live.all():
+            idx = np.nonzero(live)[0]
+            skipped = int((~live).sum()) * S
+            g = _take_rows(g, idx)
+            keys = keys.reshape(-1, S)[idx].reshape(-1)
+            slot, r, legal = slot[idx], r[idx], legal[idx]
+        legal = legal.reshape(-1)
+    if g.size == 0:
+        return g, keys, None, legal, None, None, skipped
     hi = None
     if slot.any():
         lo = max(space.recompute_layers.lo, 1)
@@ -336,7 +351,7 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S):
     wl = np.broadcast_to(np.where(slot, spec.n_rl[r][:, None], 1), g.shape).reshape(-1)
     wf = wl if hi is None else np.broadcast_to(np.where(slot, hi - np.broadcast_to(g.recompute_layers, g.shape) + 1, 1),
                                                g.shape).reshape(-1)
-    return g, keys, ev, wl, wf
+    return g, keys, ev, legal, wl, wf, skipped
 
 
 def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None,
@@ -366,7 +381,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     t_bound = time.perf_counter() - t0
     top = TopK(k)
     total = en.evaluated
-    evaluated = legal_n = feasible_n = 0
+    evaluated = legal_n = feasible_n = skipped = 0
     if lbs:
         lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
         weight = np.concatenate(ws)
@@ -388,10 +403,13 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
             s_b, c_b, w_b = sid[pos:end], cid[pos:end], weight[pos:end]
             for s, S in sorted(set(zip(s_b.tolist(), w_b.tolist()))):
                 sel = (s_b == s) & (w_b == S)
-                g, keys, ev, wl, wf = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S)
-                step, fits = ev["step_s"], ev["fits"].astype(bool)
                 # rules that read two option groups: the second legality pass, on these plans only
-                legal = np.ones(g.size, bool) if separable else legal_mask(ctx, g, en.rules)
+                g, keys, ev, legal, wl, wf, sk = _evaluate_cells(ctx, hw, space, headroom, en, specs[s],
+                                                                 np.sort(c_b[sel]), S, None if separable else en.rules)
+                skipped += sk
+                if ev is None:
+                    continue
+                step, fits = ev["step_s"], ev["fits"].astype(bool)
                 feasible = legal & fits & np.isfinite(step)
                 with np.errstate(all="ignore"):
                     ratio = ev["peak_bytes"] / ev["limit_bytes"]
@@ -401,17 +419,18 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
                 feasible_n += int(wf[feasible].sum())
             pos = end
             if progress is not None:
-                progress(min(total, evaluated + (total - evaluated) * pos // n), total)
+                progress(min(total, evaluated + skipped + (total - evaluated - skipped) * pos // n), total)
     if progress is not None:
         progress(total, total)
     stats = {
         "candidates": en.candidates,
         # every plan evaluated (nothing fits, or top_k above the plans that fit): exact counts
-        "legal": legal_n if evaluated == total else (int(en.totals_kept.sum()) if separable else None),
-        "feasible": feasible_n if evaluated == total else None,
+        "legal": legal_n if evaluated + skipped == total else (int(en.totals_kept.sum()) if separable else None),
+        "feasible": feasible_n if evaluated + skipped == total else None,
         "pruned_by_rule": dict(sorted(en.pruned_by_rule.items())),
         "evaluated": evaluated,
-        "pruned_by_bound": total - evaluated,
+        "pruned_by_bound": total - evaluated - skipped,
+        **({"illegal_not_evaluated": skipped} if skipped else {}),
         "bound_seconds": t_bound,
         "workers": 1,
         "method": "exhaustive",

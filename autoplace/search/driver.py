@@ -357,7 +357,7 @@ def no_fit_message(ctx, hw, plan, headroom: float, stats: dict) -> str:
     """'no legal plan fits …; closest …: stage i needs X GiB of Y GiB (over by Z): terms …'."""
     from autoplace.cost import memory as M
     limit = float(M.memory_limit(hw, headroom))
-    head = (f"no feasible plan: none of the {stats.get('legal', 0):,} legal plans "
+    head = (f"no feasible plan: none of the {stats.get('legal') or 0:,} legal plans "
             f"({stats.get('candidates', 0):,} candidates) fits {limit / GIB:.2f} GiB per GPU on {hw.name}")
     if plan is None:
         return head + " (no legal plan at all: see pruned_by_rule with --explain)"
