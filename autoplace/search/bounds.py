@@ -261,8 +261,20 @@ def cell_bounds(ctx, hw, en, spec: _Spec, space, read: set | None = None, keep: 
         Qd[..., d] = np.where(cls == d, Q, np.inf).min(axis=-1)
     Qd = np.where(filled.reshape((nr,) + (1,) * (ng - 1) + (Dmax,)), Qd, np.inf)
     lb = P + Qd
+    # kept for the per-plan bound at evaluation time: P per class, the class of each option, Q
+    spec.P, spec.inv, spec.Q, spec.q_axes = np.ascontiguousarray(P), inv, np.ascontiguousarray(Q), set(keep)
     with np.errstate(invalid="ignore"):
         return np.nan_to_num(lb, nan=-np.inf).min(axis=-1), spec.valid()
+
+
+def _plan_bounds(spec: _Spec, ix: tuple, S: int) -> np.ndarray:
+    """Bound (1) per plan of the gathered cells `ix` (spec cell indices) × their S state options:
+    P of the option's class + Q of the option (cells × S)."""
+    r = ix[0]
+    Pc = spec.P[ix]                                              # cells × Dmax
+    P = np.take_along_axis(Pc, spec.inv[r, :S], axis=1)
+    qix = (r,) + tuple(ix[a + 1] if a in spec.q_axes else np.zeros_like(r) for a in range(len(ix) - 1))
+    return P + spec.Q[qix][:, :S]
 
 
 def _gather(en, spec: _Spec, flat: np.ndarray, S: int):
@@ -296,11 +308,19 @@ def _take_rows(g: GridBatch, sel: np.ndarray) -> GridBatch:
     return GridBatch((sel.size, g.shape[1]), **cols)
 
 
-def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None):
+def _pairs(g: GridBatch, ci: np.ndarray, si: np.ndarray) -> GridBatch:
+    """The plans (ci, si) of a (cells × S) grid as a (plans × 1) grid."""
+    cols = {c: np.broadcast_to(a, g.shape)[ci, si][:, None] if np.ndim(a) == 2 else a
+            for c, a in g.columns().items()}
+    return GridBatch((ci.size, 1), **cols)
+
+
+def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None, kth=np.inf):
     """evaluate() on the gathered cells; the block-recompute slot gets the fewest layers that fit
     (as `exhaustive._block_layers`, checked against evaluate's own `fits`). rules: check them first
-    and leave out cells without a legal plan. Returns (grid, keys, ev, legal, wl, wf, skipped)."""
-    from autoplace.search.exhaustive import evaluate_block
+    and leave out cells without a legal plan. kth: the k-th best step so far — options whose own
+    bound exceeds it are left out too. Returns (grid, keys, ev, legal, wl, wf, plans left out as
+    illegal, plans left out by the per-plan bound)."""
     g, keys, slot, r = _gather(en, spec, flat, S)
     legal = np.ones(g.size, bool)
     skipped = 0
@@ -314,8 +334,30 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None):
             keys = keys.reshape(-1, S)[idx].reshape(-1)
             slot, r, legal = slot[idx], r[idx], legal[idx]
         legal = legal.reshape(-1)
+    if np.isfinite(kth) and g.size:
+        # per-plan bound: of a cell that may hold a top plan, evaluate only the options that may
+        ix = np.unravel_index(flat, (spec.rows.size,) + spec.sig[:-1])
+        if rules is not None and skipped:
+            ix = tuple(a[idx] for a in ix)
+        with np.errstate(invalid="ignore"):
+            lbp = _plan_bounds(spec, ix, g.shape[1])
+        want = ~(lbp * (1.0 - REL_MARGIN) > kth)
+        if not want.all():
+            ci, si = np.nonzero(want)
+            skipped_b = int(g.size - ci.size)
+            g = _pairs(g, ci, si)
+            keys = keys.reshape(-1, S)[ci, si]
+            slot, r = slot[ci], r[ci]
+            legal = legal.reshape(-1, S)[ci, si]
+            return _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, skipped_b)
+    return _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, 0)
+
+
+def _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, bounded_out):
+    """evaluate() on a (cells × S) grid with the block-slot layer count solved from memory."""
+    from autoplace.search.exhaustive import evaluate_block
     if g.size == 0:
-        return g, keys, None, legal, None, None, skipped
+        return g, keys, None, legal, None, None, skipped, bounded_out
     hi = None
     if slot.any():
         lo = max(space.recompute_layers.lo, 1)
@@ -351,7 +393,7 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None):
     wl = np.broadcast_to(np.where(slot, spec.n_rl[r][:, None], 1), g.shape).reshape(-1)
     wf = wl if hi is None else np.broadcast_to(np.where(slot, hi - np.broadcast_to(g.recompute_layers, g.shape) + 1, 1),
                                                g.shape).reshape(-1)
-    return g, keys, ev, legal, wl, wf, skipped
+    return g, keys, ev, legal, wl, wf, skipped, bounded_out
 
 
 def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None,
@@ -381,7 +423,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     t_bound = time.perf_counter() - t0
     top = TopK(k)
     total = en.evaluated
-    evaluated = legal_n = feasible_n = skipped = 0
+    evaluated = legal_n = feasible_n = skipped = plan_bounded = 0
     if lbs:
         lb, sid, cid = np.concatenate(lbs), np.concatenate(sid), np.concatenate(cid)
         weight = np.concatenate(ws)
@@ -404,9 +446,11 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
             for s, S in sorted(set(zip(s_b.tolist(), w_b.tolist()))):
                 sel = (s_b == s) & (w_b == S)
                 # rules that read two option groups: the second legality pass, on these plans only
-                g, keys, ev, legal, wl, wf, sk = _evaluate_cells(ctx, hw, space, headroom, en, specs[s],
-                                                                 np.sort(c_b[sel]), S, None if separable else en.rules)
+                kth = top.steps[k - 1] if top.steps.size >= k else np.inf
+                g, keys, ev, legal, wl, wf, sk, bo = _evaluate_cells(
+                    ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S, None if separable else en.rules, kth)
                 skipped += sk
+                plan_bounded += bo
                 if ev is None:
                     continue
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
