@@ -349,19 +349,32 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None, kth
             keys = keys.reshape(-1, S)[ci, si]
             slot, r = slot[ci], r[ci]
             legal = legal.reshape(-1, S)[ci, si]
-            return _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, skipped_b)
-    return _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, 0)
+            return (g, keys, slot, spec.n_rl[r], legal), skipped, skipped_b
+    return (g, keys, slot, spec.n_rl[r], legal), skipped, 0
 
 
-def _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skipped, bounded_out):
-    """evaluate() on a (cells × S) grid with the block-slot layer count solved from memory."""
+def _concat(parts: list) -> tuple:
+    """Selections (grid of plans × 1, keys, slot, n_rl, legal) of several cell groups as one."""
+    cols = {c: np.concatenate([np.broadcast_to(p[0].columns()[c], p[0].shape).reshape(-1, 1) for p in parts])
+            for c in parts[0][0].columns()}
+    n = sum(p[0].size for p in parts)
+    return (GridBatch((n, 1), **cols), np.concatenate([p[1] for p in parts]),
+            np.concatenate([np.broadcast_to(p[2], p[0].shape).reshape(-1, 1) for p in parts]),
+            np.concatenate([np.broadcast_to(np.asarray(p[3])[:, None], p[0].shape).reshape(-1) for p in parts]),
+            np.concatenate([p[4] for p in parts]))
+
+
+def _evaluate_flat(ctx, hw, space, headroom, g, keys, slot, n_rl, legal):
+    """evaluate() on a (rows × S) grid with the block-slot layer count solved from memory (n_rl:
+    the plans the slot stands for, per grid row). Returns (grid, ev, wl, wf): the plans each evaluated
+    plan stands for, legal and fitting, with the grid (its block-slot layer counts solved)."""
     from autoplace.search.exhaustive import evaluate_block
     if g.size == 0:
-        return g, keys, None, legal, None, None, skipped, bounded_out
+        return g, None, None, None
     hi = None
     if slot.any():
         lo = max(space.recompute_layers.lo, 1)
-        hi = (lo + spec.n_rl[r] - 1)[:, None]            # per cell (only slot cells read it)
+        hi = (lo + n_rl - 1)[:, None]                    # per row (only slot rows read it)
         sel = np.nonzero(slot[:, 0])[0]
         gs = _take_rows(g, sel)
         limit = memory.memory_limit(hw, headroom)
@@ -390,10 +403,10 @@ def _evaluate_flat(ctx, hw, space, headroom, spec, g, keys, slot, r, legal, skip
             ev = evaluate_block(ctx, hw, g, headroom)
     # plans each evaluated plan stands for: the block slot all its layer counts (legal), of which
     # hi − r* + 1 fit
-    wl = np.broadcast_to(np.where(slot, spec.n_rl[r][:, None], 1), g.shape).reshape(-1)
+    wl = np.broadcast_to(np.where(slot, n_rl[:, None], 1), g.shape).reshape(-1)
     wf = wl if hi is None else np.broadcast_to(np.where(slot, hi - np.broadcast_to(g.recompute_layers, g.shape) + 1, 1),
                                                g.shape).reshape(-1)
-    return g, keys, ev, legal, wl, wf, skipped, bounded_out
+    return g, ev, wl, wf
 
 
 def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, progress=None,
@@ -443,16 +456,21 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
                 end = min(end, int(np.searchsorted(lb, kth / (1.0 - REL_MARGIN), side="right")))
                 end = max(end, pos + 1)
             s_b, c_b, w_b = sid[pos:end], cid[pos:end], weight[pos:end]
+            kth = top.steps[k - 1] if top.steps.size >= k else np.inf
+            sels = []
             for s, S in sorted(set(zip(s_b.tolist(), w_b.tolist()))):
                 sel = (s_b == s) & (w_b == S)
                 # rules that read two option groups: the second legality pass, on these plans only
-                kth = top.steps[k - 1] if top.steps.size >= k else np.inf
-                g, keys, ev, legal, wl, wf, sk, bo = _evaluate_cells(
-                    ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S, None if separable else en.rules, kth)
+                one, sk, bo = _evaluate_cells(ctx, hw, space, headroom, en, specs[s], np.sort(c_b[sel]), S,
+                                              None if separable else en.rules, kth)
                 skipped += sk
                 plan_bounded += bo
-                if ev is None:
-                    continue
+                if one[0].size:
+                    sels.append(one)
+            if np.isfinite(kth) and len(sels) > 1:
+                sels = [_concat(sels)]           # one evaluation for the whole batch
+            for g, keys, slot, n_rl, legal in sels:
+                g, ev, wl, wf = _evaluate_flat(ctx, hw, space, headroom, g, keys, slot, n_rl, legal)
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
                 feasible = legal & fits & np.isfinite(step)
                 with np.errstate(all="ignore"):
