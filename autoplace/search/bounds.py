@@ -48,6 +48,7 @@ from autoplace.cost.step import offload_time, optimizer_time, pipeline_time, sta
 from autoplace.search.batch import COLUMNS, EXTRA, GridBatch, PlanBatch
 from autoplace.search.pruning import legal_mask
 
+PAIR_COST = 4            # a plan evaluated on its own costs ~ this many plans of a broadcast grid
 REL_MARGIN = 1e-9        # a cell is pruned only when LB·(1 − margin) > k-th best (float rounding)
 # attributes a plan batch derives from its columns (batch._Base._derive) → the columns they read
 DERIVED = {"hold": ("zero", "reshard_after_forward"), "p_mode": ("zero", "reshard_after_forward"),
@@ -343,13 +344,24 @@ def _evaluate_cells(ctx, hw, space, headroom, en, spec, flat, S, rules=None, kth
             lbp = _plan_bounds(spec, ix, g.shape[1])
         want = ~(lbp * (1.0 - REL_MARGIN) > kth)
         if not want.all():
-            ci, si = np.nonzero(want)
-            skipped_b = int(g.size - ci.size)
-            g = _pairs(g, ci, si)
-            keys = keys.reshape(-1, S)[ci, si]
-            slot, r = slot[ci], r[ci]
-            legal = legal.reshape(-1, S)[ci, si]
-            return (g, keys, slot, spec.n_rl[r], legal), skipped, skipped_b
+            rows, opts = np.nonzero(want.any(axis=1))[0], np.nonzero(want.any(axis=0))[0]
+            n_pairs = int(want.sum())
+            if n_pairs * PAIR_COST < rows.size * opts.size:
+                # scattered: the wanted plans one by one (one evaluation with the other groups')
+                ci, si = np.nonzero(want)
+                g = _pairs(g, ci, si)
+                keys = keys.reshape(-1, S)[ci, si]
+                slot, r = slot[ci], r[ci]
+                legal = legal.reshape(-1, S)[ci, si]
+                return (g, keys, slot, spec.n_rl[r], legal), skipped, int(want.size - n_pairs)
+            # dense: the wanted cells × the wanted options, still broadcast
+            cols = {c: (a[rows][:, opts] if a.shape[1] > 1 else a[rows]) if np.ndim(a) == 2 else a
+                    for c, a in g.columns().items()}
+            g = GridBatch((rows.size, opts.size), **cols)
+            keys = keys.reshape(-1, S)[rows][:, opts].reshape(-1)
+            slot, r = slot[rows], r[rows]
+            legal = legal.reshape(-1, S)[rows][:, opts].reshape(-1)
+            return (g, keys, slot, spec.n_rl[r], legal), skipped, int(want.size - g.size)
     return (g, keys, slot, spec.n_rl[r], legal), skipped, 0
 
 
@@ -467,8 +479,9 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
                 plan_bounded += bo
                 if one[0].size:
                     sels.append(one)
-            if np.isfinite(kth) and len(sels) > 1:
-                sels = [_concat(sels)]           # one evaluation for the whole batch
+            flat_sels = [x for x in sels if x[0].shape[1] == 1]
+            if len(flat_sels) > 1:           # the scattered plans of every group: one evaluation
+                sels = [x for x in sels if x[0].shape[1] > 1] + [_concat(flat_sels)]
             for g, keys, slot, n_rl, legal in sels:
                 g, ev, wl, wf = _evaluate_flat(ctx, hw, space, headroom, g, keys, slot, n_rl, legal)
                 step, fits = ev["step_s"], ev["fits"].astype(bool)
