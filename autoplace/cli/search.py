@@ -333,7 +333,7 @@ def register(app: typer.Typer) -> None:
 
 def _stats_json(stats: dict, train_note: str) -> dict:
     keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
-            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp")
+            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp", "pruned_by_bound")
     out = {k: stats[k] for k in keys if k in stats}
     out["global_batch_note"] = train_note
     return out

@@ -2,9 +2,9 @@
 
 Methods
 - `exhaustive`: every legal uniform plan evaluated (exact optimum under the model; `optimal: true`).
-- `ilp`: exhaustive (with bounds: the same top k), then CP-SAT re-splits the layers and recompute counts of the top plans that use
-  a pipeline (non-uniform stages); a refined plan replaces its uniform parent when `evaluate` says it
-  is faster.
+- `ilp`: exhaustive (with bounds: the same top k), then CP-SAT re-splits the layers and recompute
+  counts of the top plans that use a pipeline (non-uniform stages); a refined plan replaces its
+  uniform parent when `evaluate` says it is faster.
 - `bayes`: Optuna TPE over the same space, seeded with the optimum of the coarse sub-space (never
   with an exhaustive optimum: an exhaustive run that finished is already the answer). For spaces
   with measured trials or objectives the model cannot enumerate.
