@@ -128,7 +128,8 @@ def search_sections(docs: list, stats: dict, families: list | None = None, pictu
         rows.append([i + 1, *([families[i]] if families else []), Plan.from_dict(d["plan"]).short(),
                      round(d["time"]["step_s"], 4), round(d["time"]["tokens_per_s_per_gpu"]),
                      f"{d['time']['mfu']:.1%}", _gib(d["memory"]["peak_bytes"])])
-    head = {"heading": "search", "text": [f"{stats.get('candidates', 0):,} candidates · {stats.get('legal', 0):,} legal · "
+    legal = f"{stats['legal']:,} legal · " if stats.get("legal") is not None else ""
+    head = {"heading": "search", "text": [f"{stats.get('candidates', 0):,} candidates · {legal}"
                                           f"{stats.get('evaluated', 0):,} evaluated · method {stats.get('method')}"],
             "tables": [{"caption": "best plan per family" if families else "top plans", "columns": cols,
                         "left": ["plan", "family"], "rows": rows, "highlight": [0]}]}

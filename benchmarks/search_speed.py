@@ -1,6 +1,7 @@
 """Search speed: exhaustive search time and plan evaluations per second (default space).
 
     .venv/bin/python benchmarks/search_speed.py [--models 7b,13b,...] [--gpus 8,64,...] [--workers N]
+    .venv/bin/python benchmarks/search_speed.py --cases deepseek-v3:2048,mixtral-8x7b:1024 --bounded
 
 Printed table, not a timed test. Per (model, GPU count): candidates of the default space, legal
 plans, plans the cost model actually evaluated (block-recompute families count once), wall time
@@ -8,6 +9,12 @@ of the whole search (enumeration + rules + evaluation + top-k), evaluations per 
 plans decided per second, and the winner. Defaults: H100-SXM-80GB, 8 GPUs/node, the model's
 native sequence length, ~4M tokens per step (autoplace.search.driver.default_global_batch).
 Target: ≤ 10 s at 16,384 GPUs and ≥ 10⁶ evaluations/s.
+
+`--bounded` also runs the bounded exact search (`autoplace.search.bounds`, what `--method auto`
+runs) on the same case: its wall time, the plans it evaluated, the plans it decided per second
+(every plan the full search evaluates, over the bounded wall time), and whether its top plan and
+step equal the full enumeration's (they must: "same" column). `--cases` lists model:GPUs pairs instead
+of the --models × --gpus product.
 
 One warm-up search (7b on 8 GPUs, discarded) runs first, so the first row does not pay for the
 process's imports and numpy's first-call setup; the CLI's cold wall time, interpreter start
@@ -23,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -41,36 +49,50 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="8,64,512,4096,16384")
     ap.add_argument("--space", default="default")
     ap.add_argument("--workers", type=int, default=None, help="default: all CPUs on large searches")
+    ap.add_argument("--cases", default="", help="model:GPUs pairs, comma-separated (instead of --models × --gpus)")
+    ap.add_argument("--bounded", action="store_true", help="also time the bounded exact search (--method auto)")
     a = ap.parse_args(argv)
+    if a.cases:
+        cases = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")]
+    else:
+        cases = [(n, int(w)) for n in a.models.split(",") for w in a.gpus.split(",")]
     hw = load_hardware()
     space = load_space(a.space)
     t = Table(title=f"exhaustive search speed — space '{space.name}', {hw.name}, {os.cpu_count()} CPUs")
     for c in ("model", "GPUs", "batch", "candidates", "legal", "evaluated", "workers", "seconds",
-              "evals/s", "legal/s", "best step s", "winner"):
+              "evals/s", "legal/s", "best step s", "winner") + (
+              ("bounded s", "bounded evaluated", "decided/s", "speed-up", "same") if a.bounded else ()):
         t.add_column(c, justify="left" if c in ("model", "winner") else "right")
     worst = 0.0
     rates = []
     m0 = get_preset("7b")
     b0, _ = default_global_batch(m0.max_seq_len, 8)
     run_exhaustive(Ctx(m0, TrainingSpec(seq_len=m0.max_seq_len, global_batch=b0), 8), hw, space, top_k=1)
-    for name in a.models.split(","):
+    for name, W in cases:
         m = get_preset(name)
-        for W in (int(x) for x in a.gpus.split(",")):
-            B, _ = default_global_batch(m.max_seq_len, W)
-            ctx = Ctx(m, TrainingSpec(seq_len=m.max_seq_len, global_batch=B), W)
-            t0 = time.perf_counter()
-            r = run_exhaustive(ctx, hw, space, top_k=1, workers=a.workers)
-            secs = time.perf_counter() - t0
-            s = r["stats"]
-            rate = s["evaluated"] / secs
-            rates.append(rate)
-            if W == 16384:
-                worst = max(worst, secs)
-            best = r["top"].plan(0).short() if len(r["top"]) else "(nothing fits)"
-            t.add_row(name, f"{W:,}", str(B), f"{s['candidates']:,}", f"{s['legal']:,}", f"{s['evaluated']:,}",
-                      str(s["workers"]), f"{secs:.2f}", f"{rate:,.0f}", f"{s['legal'] / secs:,.0f}",
-                      f"{r['steps'][0]:.3f}" if len(r["top"]) else "-", best)
-            print(f"{name} {W}: {secs:.2f} s", file=sys.stderr, flush=True)
+        B, _ = default_global_batch(m.max_seq_len, W)
+        ctx = Ctx(m, TrainingSpec(seq_len=m.max_seq_len, global_batch=B), W)
+        t0 = time.perf_counter()
+        r = run_exhaustive(ctx, hw, space, top_k=1, workers=a.workers)
+        secs = time.perf_counter() - t0
+        s = r["stats"]
+        rate = s["evaluated"] / secs
+        rates.append(rate)
+        if W == 16384:
+            worst = max(worst, secs)
+        best = r["top"].plan(0).short() if len(r["top"]) else "(nothing fits)"
+        extra = ()
+        if a.bounded:
+            t1 = time.perf_counter()
+            rb = run_exhaustive(ctx, hw, space, top_k=1, bounded=True)
+            bsecs = time.perf_counter() - t1
+            same = np.array_equal(rb["steps"], r["steps"]) and rb["top"].plans() == r["top"].plans()
+            extra = (f"{bsecs:.2f}", f"{rb['stats']['evaluated']:,}", f"{s['evaluated'] / bsecs:,.0f}",
+                     f"{secs / bsecs:.1f}×", "yes" if same else "NO")
+        t.add_row(name, f"{W:,}", str(B), f"{s['candidates']:,}", f"{s['legal']:,}", f"{s['evaluated']:,}",
+                  str(s["workers"]), f"{secs:.2f}", f"{rate:,.0f}", f"{s['legal'] / secs:,.0f}",
+                  f"{r['steps'][0]:.3f}" if len(r["top"]) else "-", best, *extra)
+        print(f"{name} {W}: {secs:.2f} s", file=sys.stderr, flush=True)
     con = Console(width=220)
     con.print(t)
     con.print(f"max time at 16,384 GPUs: {worst:.2f} s (target ≤ 10 s); evaluations/s: min {min(rates):,.0f}, "

@@ -161,7 +161,8 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
-    con.print(f"[dim]{s['candidates']:,} candidates · {s['legal']:,} legal · "
+    con.print(f"[dim]{s['candidates']:,} candidates · "
+              + (f"{s['legal']:,} legal · " if s.get("legal") is not None else "")
               + (f"{s['feasible']:,} fit · " if s.get("feasible") is not None else "")
               + f"{s['evaluated']:,} evaluated · {s['seconds']:.2f} s · {s['method_reason']}[/]")
     if s.get("space_note"):
@@ -390,7 +391,7 @@ def _rank_by_quantile(docs, result, model, hw, conf):
 
 def _stats_json(stats: dict, train_note: str) -> dict:
     keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
-            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp")
+            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp", "pruned_by_bound")
     out = {k: stats[k] for k in keys if k in stats}
     out["global_batch_note"] = train_note
     return out

@@ -423,14 +423,33 @@ def _optimizer_time(ctx, hw, p, i):
     return np.maximum(gpu, cpu) + np.where(phi > 0, 0.0, 0.0)
 
 
-def evaluate(ctx, hw, p, headroom: float = 0.0):
-    """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput."""
-    m, t = ctx.model, ctx.train
-    hw = N.hardware_view(ctx, hw)
+def optimizer_time(ctx, hw, p):
+    """The optimizer step of the slower of the first and last stage (`_optimizer_time`)."""
+    pp = _w(p.pp)
+    return np.maximum(_optimizer_time(ctx, hw, p, 0), _optimizer_time(ctx, hw, p, pp - 1))
+
+
+def offload_time(ctx, hw, p):
+    """Host-link offload traffic of the slower of the first and last stage."""
+    pp = _w(p.pp)
+    return np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1)) / hw.host_bw
+
+
+def overhead_time(ctx, hw, p):
+    """Fixed per-step cost: the profile's step overhead plus the runtime's per-iteration host work
+    (`[host] step_ms`, scaled by the host CPU class `host_op_factor`)."""
+    return _w(hw.step_overhead_s + ctx.train.rt.host.step_ms * 1e-3 * hw.host_op_factor) + 0 * _w(p.pp)
+
+
+def pipeline_time(ctx, hw, p, sts):
+    """The pipeline schedule of `evaluate` from `stage_times`' per-micro-batch stage times `sts`
+    (hw: `network.hardware_view`): T_pipe = (m·v − f)·max_i t_i / v + f·Σ_i t_i / v (f schedules,
+    plan.pp_flushes) and the PP p2p time on the critical path, with the intermediate terms.
+    The search's lower bound (autoplace.search.bounds) calls it too."""
+    t = ctx.train
     pp = _w(p.pp)
     mb = micro_batches(p, t.global_batch)
     v = np.where(_w(p.sched) == 1, _w(p.vpp), 1.0)
-    sts, lt, ht = stage_times(ctx, hw, p)
     fs, ms, ls = sts["first"], sts["middle"], sts["last"]
     # p = 1: "first" already carries the logits; middle/last are absent
     t_first = fs["f"] + fs["b"]
@@ -448,6 +467,20 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     # f schedules of m/f micro-batches each (plan.pp_flushes): f·[(m/f·v − 1)·t_max + t_sum]/v
     fl = np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(mb, 1.0))
     T_pipe = (mb * v - fl) * t_max / v + fl * t_sum / v
+    return {"pp": pp, "mb": mb, "v": v, "one": one, "t_first": t_first, "t_mid": t_mid, "t_last": t_last,
+            "t_max": t_max, "pp_comm": pp_comm, "T_pipe": T_pipe}
+
+
+def evaluate(ctx, hw, p, headroom: float = 0.0):
+    """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput."""
+    m, t = ctx.model, ctx.train
+    hw = N.hardware_view(ctx, hw)
+    sts, lt, ht = stage_times(ctx, hw, p)
+    fs, ms, ls = sts["first"], sts["middle"], sts["last"]
+    pl = pipeline_time(ctx, hw, p, sts)
+    pp, mb, one = pl["pp"], pl["mb"], pl["one"]
+    t_first, t_mid, t_last, t_max = pl["t_first"], pl["t_mid"], pl["t_last"], pl["t_max"]
+    pp_comm, T_pipe = pl["pp_comm"], pl["T_pipe"]
     # binding stage for the breakdown: the slowest
     slow_first = (t_first >= t_last) | one
     bind = {k: np.where(slow_first, fs[k], np.where(t_last >= t_mid, ls[k], ms[k])) for k in fs}
@@ -466,10 +499,9 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     exl, totl = _dp_exposed(ctx, hw, p, ls["f"], ls["b"], pp - 1)
     dp_exposed = np.maximum(ex0, exl)
     dp_total = np.maximum(tot0, totl)
-    optimizer = np.maximum(_optimizer_time(ctx, hw, p, 0), _optimizer_time(ctx, hw, p, pp - 1))
-    off_bytes = np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1))
-    offload = off_bytes / hw.host_bw
-    overhead = _w(hw.step_overhead_s + t.rt.host.step_ms * 1e-3 * hw.host_op_factor) + 0 * pp
+    optimizer = optimizer_time(ctx, hw, p)
+    offload = offload_time(ctx, hw, p)
+    overhead = overhead_time(ctx, hw, p)
     step = compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm + dp_exposed \
         + optimizer + offload + overhead
     W = ctx.world

@@ -2,13 +2,16 @@
 
 Methods
 - `exhaustive`: every legal uniform plan evaluated (exact optimum under the model; `optimal: true`).
-- `ilp`: exhaustive, then CP-SAT re-splits the layers and recompute counts of the top plans that use
-  a pipeline (non-uniform stages); a refined plan replaces its uniform parent when `evaluate` says it
-  is faster.
-- `bayes`: Optuna TPE over the same space, seeded with the analytic optimum (the exhaustive
-  optimum when the space is small enough, else the optimum of the coarse sub-space).
-- `auto`: `exhaustive` when the plans to evaluate are at most `AUTO_EXHAUSTIVE_MAX`, else `bayes`;
-  then the ILP refinement when the winner has a 1F1B/GPipe pipeline.
+- `ilp`: exhaustive (with bounds: the same top k), then CP-SAT re-splits the layers and recompute
+  counts of the top plans that use a pipeline (non-uniform stages); a refined plan replaces its
+  uniform parent when `evaluate` says it is faster.
+- `bayes`: Optuna TPE over the same space, seeded with the optimum of the coarse sub-space (never
+  with an exhaustive optimum: an exhaustive run that finished is already the answer). For spaces
+  with measured trials or objectives the model cannot enumerate.
+- `auto`: exhaustive with bounds (`autoplace.search.bounds`: exact, the same top k as evaluating
+  every plan); with `families` (--diverse) `exhaustive` when the plans to evaluate are at
+  most `AUTO_EXHAUSTIVE_MAX`, else `bayes`; then the ILP refinement when the winner has a
+  1F1B/GPipe pipeline.
 """
 
 from __future__ import annotations
@@ -127,13 +130,17 @@ def _result_plans(res) -> list:
 
 def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: float = 0.0,
                progress=None, trials: int = 200, seed: int = 0, chunk: int | None = None,
-               workers: int | None = None, families: bool = False, extra_rules=()) -> dict:
+               workers: int | None = None, families: bool = False, extra_rules=(), bounded: bool | None = None) -> dict:
     """Search `space` for ctx (model, training, world) on hw.
 
     Returns {plans: [Plan], steps: [s], stats: {...}, closest: Plan | None, closest_ratio,
     enumeration}; with `families` also `families` [(family, step, Plan)], the best plan of each
     plan family (autoplace.search.families), fastest first. Raises NoFeasiblePlanError when no legal
     plan fits (its `closest` attribute carries the plan that came closest) or none is legal.
+
+    bounded: evaluate with bounds (`autoplace.search.bounds`: the same top k, far fewer plans
+    evaluated, fit counts not kept); None → with `auto` and `ilp`, not with `exhaustive`, which
+    evaluates (and counts) every plan.
 
     extra_rules: rules beyond the composition rules (a launcher's / runtime's, `autoplace.search.
     launchers`); a space cut to a runtime (`space.runtime`) adds that runtime's capability rules.
@@ -166,8 +173,14 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
     reason = ""
     if families and method == "bayes":
         raise InputError("--diverse needs the exhaustive search: use --method auto, exhaustive or ilp")
+    # the ILP refines the top k: the bounded search's are exact
+    bounded = (method == "ilp" if bounded is None else bool(bounded)) and not families
     if method == "auto":
-        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
+        if not families and en.groups and en.groups[-1].name == "state":
+            chosen, bounded = "exhaustive", True
+            reason = (f"{en.evaluated:,} plans: exhaustive with bounds (exact; plans whose lower bound on step "
+                      "time exceeds the best found are never evaluated)")
+        elif en.evaluated <= AUTO_EXHAUSTIVE_MAX:
             chosen = "exhaustive"
             reason = (f"{en.evaluated:,} plans to evaluate ≤ {AUTO_EXHAUSTIVE_MAX:,}: exhaustive (exact)")
         else:
@@ -176,21 +189,20 @@ def run_search(ctx, hw, space, method: str = "auto", top_k: int = 5, headroom: f
                       f"({trials} trials) seeded with the coarse-space optimum")
     if chosen in ("exhaustive", "ilp"):
         res = run_exhaustive(ctx, hw, space, headroom, top_k=top_k, chunk=chunk, progress=progress,
-                             enumeration=en, workers=workers, families=families)
+                             enumeration=en, workers=workers, families=families, bounded=bounded)
+        if bounded:
+            n_skip = res["stats"].get("pruned_by_bound", 0)
+            reason = (reason or "requested: exhaustive with bounds (exact)") + \
+                f"; {res['stats']['evaluated']:,} evaluated, {n_skip:,} ruled out by the bound"
     elif families:
         raise InputError(f"--diverse needs the exhaustive search, and {en.evaluated:,} plans to evaluate are more "
                          f"than the {AUTO_EXHAUSTIVE_MAX:,} that --method auto searches exhaustively; "
                          "pass --method exhaustive or narrow the space")
     else:
         from autoplace.search.bayes import analytic_seed, run_bayes
-        seeds = []
-        if en.evaluated <= AUTO_EXHAUSTIVE_MAX:
-            ex = run_exhaustive(ctx, hw, space, headroom, top_k=1, chunk=chunk, enumeration=en, workers=workers)
-            seeds = _result_plans(ex)
-            seed_note = "exhaustive optimum"
-        else:
-            seeds = analytic_seed(ctx, hw, space, headroom, extra_rules=rules)
-            seed_note = "coarse-space optimum"
+        # never seeded by an exhaustive run: one that finished would already be the answer
+        seeds = analytic_seed(ctx, hw, space, headroom, extra_rules=rules)
+        seed_note = "coarse-space optimum"
         res = run_bayes(ctx, hw, space, headroom, n_trials=trials, seed=seed, seed_plans=seeds,
                         top_k=top_k, progress=progress, extra_rules=rules)
         res["stats"]["seed"] = seed_note
@@ -345,7 +357,7 @@ def no_fit_message(ctx, hw, plan, headroom: float, stats: dict) -> str:
     """'no legal plan fits …; closest …: stage i needs X GiB of Y GiB (over by Z): terms …'."""
     from autoplace.cost import memory as M
     limit = float(M.memory_limit(hw, headroom))
-    head = (f"no feasible plan: none of the {stats.get('legal', 0):,} legal plans "
+    head = (f"no feasible plan: none of the {stats.get('legal') or 0:,} legal plans "
             f"({stats.get('candidates', 0):,} candidates) fits {limit / GIB:.2f} GiB per GPU on {hw.name}")
     if plan is None:
         return head + " (no legal plan at all: see pruned_by_rule with --explain)"

@@ -143,6 +143,19 @@ def _block_layers(ctx, hw, blk: Block, space, headroom: float):
     return rl_full, rl_slot, hi
 
 
+def resolved_ctx(ctx):
+    """ctx with its training spec's runtime loaded once (a name or None → the RuntimeSpec), so the
+    cost functions' `train.rt` does not resolve a path on every call; same values."""
+    import dataclasses
+    if not dataclasses.is_dataclass(ctx) or not dataclasses.is_dataclass(ctx.train):
+        return ctx
+    from autoplace.runtimes import load_runtime
+    rt = load_runtime(ctx.train.runtime)
+    if ctx.train.runtime is rt:
+        return ctx
+    return dataclasses.replace(ctx, train=dataclasses.replace(ctx.train, runtime=rt))
+
+
 PARALLEL_MIN = 600_000       # evaluations above which blocks are spread over worker processes
 
 
@@ -257,7 +270,7 @@ def default_workers(n_eval: int) -> int:
 def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk: int = DEFAULT_CHUNK,
                    collapse_block: bool = True, progress=None, enumeration: Enumeration | None = None,
                    workers: int | None = None, threshold: float | None = None, extra_rules=(),
-                   families: bool = False) -> dict:
+                   families: bool = False, bounded: bool = False) -> dict:
     """Exact optimum under the model over `space` (uniform plans). Returns a result dict:
     top (PlanBatch, best first), steps, stats, closest (PlanBatch of one, or None), closest_ratio.
 
@@ -271,12 +284,21 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
     (`autoplace.search.pruning`); a given `enumeration` carries its own.
 
     families: also return `families` {family name: (step, PlanBatch of one)}, the best plan of each
-    family of `autoplace.search.families` (search --diverse)."""
+    family of `autoplace.search.families` (search --diverse).
+
+    bounded: evaluate cells in order of a lower bound on their step time and stop when the bound
+    passes the k-th best (`autoplace.search.bounds`): the same top k, exact, far fewer evaluations;
+    `feasible` is then None (not every plan is evaluated), and `legal` too when rules couple option
+    groups. Ignored with `families` or `threshold`."""
     global _JOB
     t0 = time.perf_counter()
+    ctx = resolved_ctx(ctx)
     en = enumeration or enumerate_space(ctx, space, chunk=chunk, collapse_block=collapse_block,
                                         extra_rules=extra_rules)
     separable = rules_separable(ctx, en)
+    if bounded and not families and threshold is None and en.groups and en.groups[-1].name == "state":
+        from autoplace.search.bounds import run_bounded
+        return run_bounded(ctx, hw, space, headroom, top_k, en, chunk, progress, separable=separable)
     specs = en.block_specs(chunk)
     total = en.evaluated
     n_workers = default_workers(total) if workers is None else max(1, int(workers))

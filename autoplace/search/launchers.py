@@ -149,7 +149,7 @@ def prepare(target: Target, model, hw, train, space=None, space_explicit: bool =
 
 
 def run_target(target: Target, model, hw, world, *, method, top_k, headroom, trials, workers, progress=None,
-               families: bool = False):
+               families: bool = False, bounded: bool | None = None):
     from autoplace.placement.rules import Ctx
     from autoplace.runtimes.check import precision_refusals
     from autoplace.search.driver import run_search
@@ -162,7 +162,7 @@ def run_target(target: Target, model, hw, world, *, method, top_k, headroom, tri
     try:
         target.result = run_search(ctx, hw, target.space, method=method, top_k=top_k, headroom=headroom,
                                    progress=progress, trials=trials, workers=workers, extra_rules=target.rules,
-                                   families=families)
+                                   families=families, bounded=bounded)
     except NoFeasiblePlanError as e:
         e.train = target.train
         target.error = e
@@ -254,7 +254,7 @@ def best_per_launcher(model, hw, world, seq, B, precision, regime, space, space_
         t = resolve_targets([n], None, runtime_set)[0]
         prepare(t, model, hw, build_train(model, t, seq, B, precision, regime, fp8_recipe), space, space_explicit)
         run_target(t, model, hw, world, method="exhaustive", top_k=1, headroom=headroom, trials=trials,
-                   workers=workers)
+                   workers=workers, bounded=True)
         if t.result is not None and t.result["plans"]:
             out[n] = (t.result["plans"][0], float(t.result["steps"][0]), t)
         else:

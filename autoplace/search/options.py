@@ -262,6 +262,9 @@ def state_group(ctx, space: Space, deg: dict) -> OptionGroup:
     oopts = list(dict.fromkeys((o, phi) for o in space.offload
                                for phi in (space.offload_fraction if o >= 1 else (1.0,))))
     rgrid = value_grid(space.dp_replicate, int(dp.max(initial=1)))
+    # dp_replicate | dp | W: only divisors of the GPU count can pass the mask below (same options,
+    # without a rows × max-dp table at large W)
+    rgrid = rgrid[(rgrid > 0) & (ctx.world % np.maximum(rgrid, 1) == 0)]
     rmask = dp[:, None] % rgrid[None, :] == 0
     own, cz, crs, cr, co, cphi = [], [], [], [], [], []
     for z, rs in zopts:
