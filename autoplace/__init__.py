@@ -4,5 +4,10 @@ Docstrings cite the specification as `placement_semantics.md §…`: it ships in
 `autoplace/docs/placement_semantics.md`.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("autoplace")
+except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
+    __version__ = "0.0.0+unknown"
 SCHEMA_VERSION = "1.0"
