@@ -364,6 +364,8 @@ def _profile(model, hw, train, ranked, world, k, seq_len=128, out_dir=None):
     (JSON-ready) returned, the records in out_dir (default runs/search-<model>-<N>g-<UTC>/)."""
     from autoplace.errors import AutoplaceError
     from autoplace.io import default_run_dir
+    from autoplace._imports import require
+    require("torch", "--profile-top")
     try:
         from autoplace.profile.candidates import profile_candidates, select_runnable
     except ImportError as e:

@@ -17,10 +17,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from autoplace.data import package_dir
 from autoplace.errors import InputError
 from autoplace.runtimes.spec import SECTIONS, TOP_KEYS, RuntimeSpec
 
-RUNTIME_DIR = Path(__file__).resolve().parent
+RUNTIME_DIR = package_dir("runtimes")
 DEFAULT_RUNTIME = "megatron-core"
 
 __all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "RuntimeSpec", "available_runtimes", "load_runtime",
