@@ -362,9 +362,9 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
 def _profile(model, hw, train, ranked, world, k, seq_len=128, out_dir=None):
     """Run the first k runnable plans of the ranking for real; the table to stderr, the results
     (JSON-ready) returned, the records in out_dir (default runs/search-<model>-<N>g-<UTC>/)."""
+    from autoplace._imports import require
     from autoplace.errors import AutoplaceError
     from autoplace.io import default_run_dir
-    from autoplace._imports import require
     require("torch", "--profile-top")
     try:
         from autoplace.profile.candidates import profile_candidates, select_runnable
