@@ -10,4 +10,5 @@ try:
     __version__ = version("autoplace")
 except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
     __version__ = "0.0.0+unknown"
-SCHEMA_VERSION = "1.0"
+
+from autoplace.contract import SCHEMA_VERSION as SCHEMA_VERSION  # noqa: E402  (every JSON document carries it)

@@ -191,12 +191,14 @@ def _docs(model, hw, train, plans, world, headroom):
 
 def _ranked_docs(model, hw, outcome, world, headroom):
     from autoplace.estimate import estimate
+    from autoplace.export.planfile import plan_document
     from autoplace.search.launchers import runs_on
     docs = []
     for p, _, tg in outcome.ranked:
         d = estimate(model, hw, tg.train, p, world, headroom)
         d["runs_on"] = runs_on(model, hw, tg.train, p, world)
         d["search"] = {"launcher": tg.launcher, "runtime": tg.runtime.name if tg.runtime is not None else None}
+        d["plan_file"] = plan_document(model, hw, tg.train, p, world)   # `--plan-file` reads the entry
         docs.append(d)
     return docs
 
