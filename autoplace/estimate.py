@@ -99,3 +99,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
             "micro_batches": _f(ev["micro_batches"]),
         }
     return doc
+
+
+from autoplace._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # `autoplace.estimate(request)` calls autoplace.api.estimate

@@ -189,20 +189,6 @@ def _docs(model, hw, train, plans, world, headroom):
     return [estimate(model, hw, train, p, world, headroom) for p in plans]
 
 
-def _ranked_docs(model, hw, outcome, world, headroom):
-    from autoplace.estimate import estimate
-    from autoplace.export.planfile import plan_document
-    from autoplace.search.launchers import runs_on
-    docs = []
-    for p, _, tg in outcome.ranked:
-        d = estimate(model, hw, tg.train, p, world, headroom)
-        d["runs_on"] = runs_on(model, hw, tg.train, p, world)
-        d["search"] = {"launcher": tg.launcher, "runtime": tg.runtime.name if tg.runtime is not None else None}
-        d["plan_file"] = plan_document(model, hw, tg.train, p, world)   # `--plan-file` reads the entry
-        docs.append(d)
-    return docs
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     @cli_errors
@@ -240,8 +226,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
+        from autoplace.api import ranked_docs, search_document, stats_json
         from autoplace.errors import InputError, NoFeasiblePlanError
-        from autoplace.runtimes.switches import settings_text
         from autoplace.search import launchers as LS
         from autoplace.search.driver import METHODS
         from autoplace.search.space import load_space
@@ -281,7 +267,7 @@ def register(app: typer.Typer) -> None:
                 doc = {"schema_version": SCHEMA_VERSION, "plans": [], "error": str(e),
                        "closest": _docs(m, hw, tr, [closest], world, headroom)[0] if closest and tr else None}
                 if res is not None:
-                    doc["stats"] = _stats_json(res["stats"], "")
+                    doc["stats"] = stats_json(res["stats"], "")
                 print_json(doc)
             raise
         finally:
@@ -298,24 +284,14 @@ def register(app: typer.Typer) -> None:
             fam_names = [f for f, _, _ in fams]
             result = dict(result, plans=[q for _, _, q in fams], steps=[s_ for _, s_, _ in fams])
             outcome.ranked = [(q, s_, t0) for _, s_, q in fams]
-        docs = _ranked_docs(m, hw, outcome, world, headroom)
+        docs = ranked_docs(m, hw, outcome, world, headroom)
         stats = result["stats"]
         profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
                             out_dir=profile_out) if profile_top else None
         if as_json:
-            doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
-                   "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
-                   "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
-                                 "runtime_set": settings_text(t.runtime) if t.runtime else [],
-                                 "rules": [r.id for r in t.rules],
-                                 "stats": _stats_json(t.result["stats"], "") if t.result else None,
-                                 "error": str(t.error) if t.error else None} for t in outcome.targets]}
+            doc = search_document(m, hw, world, outcome, headroom, len(outcome.ranked), docs=docs)
             if fam_names is not None:
                 doc["families"] = fam_names
-            if outcome.best_per_launcher:
-                doc["best_per_launcher"] = {
-                    n: ({"plan": v[0].resolved(world).to_dict(), "step_s": v[1], "runtime": v[2].runtime.name}
-                        if isinstance(v, tuple) else {"error": v}) for n, v in outcome.best_per_launcher.items()}
             if profiled is not None:
                 doc["profiled"] = profiled
             print_json(doc)
@@ -330,14 +306,6 @@ def register(app: typer.Typer) -> None:
         if plot or report:
             from autoplace.cli.visuals import search_visuals
             search_visuals(m, hw, train, result["plans"][0], world, docs, stats, fam_names, plot, report)
-
-
-def _stats_json(stats: dict, train_note: str) -> dict:
-    keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
-            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp")
-    out = {k: stats[k] for k in keys if k in stats}
-    out["global_batch_note"] = train_note
-    return out
 
 
 def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):

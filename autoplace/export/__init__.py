@@ -28,3 +28,8 @@ from autoplace.export.registry import LAUNCHERS, get_launcher
 __all__ = ["LAUNCHERS", "Launcher", "Recompute", "get_launcher", "ExportJob", "LauncherRefusedError", "as_job", "ExportResult", "emit_files",
            "emit_for_search", "export_all", "resolve_launchers", "PLAN_SCHEMA_VERSION", "plan_document",
            "read_plan_file", "specs_from_document", "write_plan_file"]
+
+
+from autoplace._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # `autoplace.export(request)` calls autoplace.api.export
