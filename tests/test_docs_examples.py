@@ -35,5 +35,5 @@ def test_api_names():
         assert getattr(autoplace, name) is not None
     assert importlib.import_module("autoplace.search.driver").METHODS   # the sub-package is still a module …
     assert callable(autoplace.search) and callable(autoplace.estimate) and callable(autoplace.export)
-    from autoplace import search   # … and the call
+    from autoplace import search  # … and the call
     assert search is autoplace.search
