@@ -117,3 +117,11 @@ def test_from_excludes_plan():
         from_config.read(EX / "nope.toml")
     r = CliRunner().invoke(app, ["estimate", "--from", str(EX / "torchtitan_llama3_8b.toml"), "--plan", "tp=2"])
     assert r.exit_code == 1 and "give one of --from, --plan, --plan-file" in r.output
+
+
+def test_search_from_keeps_the_files_model_and_batch():
+    doc = _json(["search", "--from", str(EX / "megatron_train_gpt3_175b_distributed.sh"), "--gpus", "8",
+                 "--top-k", "1", "--json"])
+    best = doc["plans"][0]
+    assert best["model"]["name"] == "Megatron-LM flags (8 layers, hidden 256)"
+    assert best["training"]["seq_len"] == 512 and best["training"]["global_batch"] == 64

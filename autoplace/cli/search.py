@@ -223,6 +223,9 @@ def register(app: typer.Typer) -> None:
         diverse: bool = typer.Option(False, "--diverse", help="best plan of each family (DP-only, TP, PP, CP, EP, offload) instead of the top-k"),
         plot: Optional[str] = typer.Option(None, "--plot", help="write PNG pictures of the winner to DIR"),
         report: Optional[str] = typer.Option(None, "--report", help="write a self-contained HTML report to FILE.html"),
+        from_: Optional[str] = typer.Option(None, "--from", metavar="FILE",
+                                            help="take the model, sequence length and global batch of a launcher "
+                                                 "config you have (see estimate --from)"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
         from autoplace import SCHEMA_VERSION
@@ -243,7 +246,17 @@ def register(app: typer.Typer) -> None:
             check_out_dir(emit, "--emit")
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
-        m = resolve_model(model, None, allow_params=False)
+        if from_:       # the model and batch of the user's launcher file; the search picks the rest
+            from autoplace.export import from_config
+            m, fc, notes = from_config.resolve(from_, model=model, gpus_per_node=gpus_per_node or 8,
+                                               default_gpus=world)
+            seq_len = seq_len or fc.seq_len
+            if global_batch is None and global_batch_tokens is None:
+                global_batch = fc.global_batch
+            for n in notes:
+                typer.echo(f"--from: {n}", err=True)
+        else:
+            m = resolve_model(model, None, allow_params=False)
         if m.states_only:
             raise InputError("search needs a model shape (--model preset or config.json)")
         hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)

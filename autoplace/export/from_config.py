@@ -170,8 +170,10 @@ def _script_world(text: str) -> int | None:
     return g * n if g and n else None
 
 
-def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8) -> FromConfig:
-    """Read a launcher file (see the module docstring)."""
+def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8,
+         default_gpus: int | None = None) -> FromConfig:
+    """Read a launcher file (see the module docstring). `gpus`: the user's GPU count, checked against
+    the file; `default_gpus`: used only where the file leaves the count open (`search --from`)."""
     p = Path(path)
     if not p.is_file():
         raise _err(p, "no such file")
@@ -189,7 +191,7 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8) -
             if gpus is not None and sw is not None and gpus != sw:
                 raise _err(p, f"the file runs {sw} GPUs (GPUs per node × nodes), --gpus says {gpus}; "
                               "drop --gpus or fix the file")
-            world = gpus or sw
+            world = gpus or sw or default_gpus
             if world is None:
                 raise _err(p, "a Megatron-LM argument list does not state the GPU count; add --gpus")
             q = rb.read_megatron(args, world)
@@ -217,7 +219,7 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8) -
             m = c.get("model", {})
             if layers is None and c.get("parallelism", {}).get("pipeline_parallel_degree", 1) > 1:
                 layers = _tt_layers(m)
-            text = _tt_explicit(c, gpus, p)
+            text = _tt_explicit(c, gpus or default_gpus, p)
             q = rb.read_torchtitan(text, layers or 1)
             hint = _tt_preset(m)
             return FromConfig(kind, str(p), q, q["world"], c.get("training", {}).get("seq_len"), model_hint=hint)
@@ -342,12 +344,13 @@ def match_preset(shape: dict) -> str | None:
     return None
 
 
-def resolve(path, *, model: str | None = None, gpus: int | None = None, gpus_per_node: int = 8):
+def resolve(path, *, model: str | None = None, gpus: int | None = None, gpus_per_node: int = 8,
+            default_gpus: int | None = None):
     """(ModelSpec, FromConfig, notes): the model from --model (checked against the shape the file
     states) or from the file itself (a preset matched by shape; the notes say so)."""
     from autoplace.resolve import resolve_model
     m = resolve_model(model, None) if model else None
-    fc = read(path, gpus=gpus, model=m, gpus_per_node=gpus_per_node)
+    fc = read(path, gpus=gpus, model=m, gpus_per_node=gpus_per_node, default_gpus=default_gpus)
     notes = list(fc.notes)
     if gpus is not None and fc.world != gpus:
         raise _err(fc.path, f"the file runs {fc.world} GPUs, --gpus says {gpus}; drop --gpus or fix the file")
