@@ -4,13 +4,7 @@ Docstrings cite the specification as `placement_semantics.md §…`: it ships in
 `autoplace/docs/placement_semantics.md`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("autoplace")
-except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
-    __version__ = "0.0.0+unknown"
-
+from autoplace._version import __version__ as __version__
 from autoplace.contract import SCHEMA_VERSION as SCHEMA_VERSION  # noqa: E402  (every JSON document carries it)
 
 _API = ("SearchRequest", "EstimateRequest", "SweepRequest", "PlanResult", "SearchResult", "CompareResult",
@@ -28,6 +22,6 @@ def __getattr__(name: str):
         import importlib
         return importlib.import_module(f"autoplace.{name}")
     if name in _API:
-        from autoplace import api
-        return getattr(api, name)
+        import importlib
+        return getattr(importlib.import_module("autoplace.api"), name)
     raise AttributeError(f"module 'autoplace' has no attribute {name!r}")

@@ -12,8 +12,8 @@ class CallableModule(types.ModuleType):
     """A module whose call is `autoplace.api.<its last name>`."""
 
     def __call__(self, *args, **kwargs):
-        from autoplace import api
-        return getattr(api, self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
+        import importlib
+        return getattr(importlib.import_module("autoplace.api"), self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
 
 
 def make_callable(module_name: str) -> None:

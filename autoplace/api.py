@@ -267,7 +267,7 @@ def search_document(model, hw, world, outcome, headroom: float, top_k: int, dive
                     docs: list | None = None) -> dict:
     """The `search --json` document of a search outcome (`autoplace.search.launchers.search`);
     `docs`: the entries when the caller has already built them (`ranked_docs`)."""
-    from autoplace import SCHEMA_VERSION
+    from autoplace.contract import SCHEMA_VERSION
     from autoplace.runtimes.switches import settings_text
     t0 = outcome.ranked[0][2]
     outcome = replace(outcome, ranked=outcome.ranked[:top_k])
@@ -371,9 +371,9 @@ def compare(a: EstimateRequest, b: EstimateRequest, labels: tuple[str, str] = ("
 
 def sweep(req: SweepRequest) -> SweepResult:
     """`autoplace sweep`: the best plan per GPU count (× hardware), time to train and cost."""
-    from autoplace import SCHEMA_VERSION
     from autoplace.analysis import inputs as I
     from autoplace.analysis.sweep import SweepConfig, grid, run_sweep
+    from autoplace.contract import SCHEMA_VERSION
     from autoplace.errors import InputError
     from autoplace.resolve import resolve_hardware, resolve_model
     from autoplace.search.space import load_space

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace import SCHEMA_VERSION
+from autoplace.contract import SCHEMA_VERSION
 from autoplace.cost import comm as C
 from autoplace.cost import memory as M
 from autoplace.cost.step import BREAKDOWN, evaluate

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autoplace.analysis.common import build_training
+from autoplace.analysis.common import build_training, training_from_config
 from autoplace.cli import app
 from autoplace.errors import InputError
 from autoplace.estimate import estimate
@@ -52,7 +52,7 @@ def test_our_exports_read_back_to_the_same_estimate(tmp_path, launcher, model, w
         (tmp_path / name).write_text(text)
     m2, fc, _ = from_config.resolve(tmp_path / FILE[launcher], model=model, gpus=world)
     assert fc.launcher == launcher and fc.world == world
-    train2 = from_config.training(fc, m2, seq_len=4096 if fc.seq_len is None else None)
+    train2 = training_from_config(fc, m2, seq_len=4096 if fc.seq_len is None else None)
     want = estimate(m, HW, train, p, world)
     got = estimate(m2, HW, train2, fc.plan(), world)
     assert got["legal"] and _numbers(got) == pytest.approx(_numbers(want), rel=1e-12)

@@ -66,3 +66,39 @@ def test_the_cited_specification_ships_with_the_package():
 def test_run_outputs_are_ignored_not_tracked():
     assert "/runs/" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
     assert not (ROOT / "profile_results.jsonl").exists() and not (ROOT / "profile_candidates.jsonl").exists()
+
+
+def test_no_import_circles():
+    # every import statement counts, lazy ones inside functions too: modules form a DAG
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    graph = {}
+    for name, p in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from pkg import sub` depends on the sub-module; `from mod import name` on the module
+                deps |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                         for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+        graph[name] = {m for m in deps if m in mods and m != name}
+    state, cycle = {}, []
+
+    def visit(v, path):
+        state[v] = 1
+        for w in sorted(graph[v]):
+            if state.get(w) == 1:
+                cycle.append(path[path.index(w):] + [w] if w in path else [v, w])
+            elif w not in state:
+                visit(w, path + [w])
+        state[v] = 2
+
+    for v in sorted(graph):
+        if v not in state:
+            visit(v, [v])
+    assert cycle == []

@@ -49,7 +49,7 @@ app = typer.Typer(cls=_Group, add_completion=True, no_args_is_help=True, pretty_
 
 def _version(value: bool) -> None:
     if value:
-        from autoplace import __version__
+        from autoplace._version import __version__
         typer.echo(f"autoplace {__version__}")
         raise typer.Exit(0)
 

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from autoplace.analysis.common import build_training
+from autoplace.analysis.common import build_training, training_from_config
 from autoplace.cli.common import (
     RUNTIME_SET_HELP,
     check_gpus,
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
             rt = resolve_runtime(runtime, runtime_set) if (runtime or runtime_set) else None
             if runtime_set and runtime is None:
                 rt = resolve_runtime(fc.runtime, runtime_set)
-            train = from_config.training(fc, m, seq_len=seq_len, global_batch=global_batch, precision=precision,
+            train = training_from_config(fc, m, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                          regime=regime, runtime=rt, fp8_recipe=fp8_recipe or "")
             train = replace(train, attention=attention, dropout=dropout)
             for n in notes:

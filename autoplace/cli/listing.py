@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print {schema_version, kind, items: [{name, description}]}"),
     ) -> None:
         """The names `--hardware`, `--model`, `--runtime`, `--space` and `--launcher` take, with a line each."""
-        from autoplace import SCHEMA_VERSION, catalog
+        from autoplace import catalog
+        from autoplace.contract import SCHEMA_VERSION
 
         items = catalog.entries(kind.strip().lower())
         if as_json:

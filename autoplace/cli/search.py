@@ -228,8 +228,8 @@ def register(app: typer.Typer) -> None:
                                                  "config you have (see estimate --from)"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
-        from autoplace import SCHEMA_VERSION
         from autoplace.api import ranked_docs, search_document, stats_json
+        from autoplace.contract import SCHEMA_VERSION
         from autoplace.errors import InputError, NoFeasiblePlanError
         from autoplace.search import launchers as LS
         from autoplace.search.driver import METHODS

@@ -13,9 +13,9 @@ A launcher that cannot express a plan refuses it with the reason (LauncherRefuse
 instead of writing a file that would run something else.
 """
 
-from autoplace.export.common import ExportJob, LauncherRefusedError, as_job
+from autoplace.export.common import ExportJob, LauncherRefusedError, Recompute, as_job
 from autoplace.export.exporter import ExportResult, emit_files, emit_for_search, export_all, resolve_launchers
-from autoplace.export.launcher import Launcher, Recompute
+from autoplace.export.launcher import Launcher
 from autoplace.export.planfile import (
                                        PLAN_SCHEMA_VERSION,
                                        plan_document,

@@ -384,14 +384,3 @@ def _normal(name: str) -> str:
     from autoplace.specs.presets import ALIASES, _normalise
     k = _normalise(name)
     return ALIASES.get(k, k)
-
-
-def training(fc: FromConfig, model, *, seq_len=None, global_batch=None, precision=None, regime=None,
-             runtime=None, fp8_recipe: str = ""):
-    """The TrainingSpec of the file: its sequence length, global batch and precision unless given,
-    under its launcher's runtime unless `runtime` (a name or RuntimeSpec) is given."""
-    from autoplace.analysis.common import build_training
-    train, _ = build_training(model, seq_len or fc.seq_len, global_batch or fc.global_batch, None,
-                              precision or fc.precision or "bf16", regime, fc.world,
-                              runtime=runtime or fc.runtime, fp8_recipe=fp8_recipe or "")
-    return train

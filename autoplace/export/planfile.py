@@ -48,7 +48,7 @@ _PLAN_ENUMS = {
 
 def plan_document(model, hw, train, plan, world: int, predicted: dict | None = None) -> dict:
     """The plan file as a dict (JSON-ready)."""
-    from autoplace import __version__
+    from autoplace._version import __version__
     from autoplace.io import to_jsonable
     world = int(world)
     plan = plan.resolved(world)
