@@ -125,3 +125,16 @@ def test_search_from_keeps_the_files_model_and_batch():
     best = doc["plans"][0]
     assert best["model"]["name"] == "Megatron-LM flags (8 layers, hidden 256)"
     assert best["training"]["seq_len"] == 512 and best["training"]["global_batch"] == 64
+
+
+def test_accelerate_example_config_equals_its_plan():
+    # accelerate examples/config_yaml_templates/fsdp.yaml: FSDP1 FULL_SHARD on 2 processes, bf16; no
+    # launch script beside it, so micro-batch 1 without accumulation (said on stderr)
+    args = ["--model", "7b", "--hardware", "b200", "--json"]
+    r = CliRunner().invoke(app, ["estimate", "--from", str(EX / "accelerate_fsdp.yaml"), *args])
+    assert r.exit_code == 0, r.output[-600:]
+    assert "micro-batch 1, gradient accumulation 1" in r.stderr
+    got = json.loads(r.stdout)
+    want = _json(["estimate", "--gpus", "2", "--plan", "zero=3,reshard_after_forward=1,mbs=1", "--runtime",
+                  "accelerate", "--global-batch", "2", *args])
+    assert got["plan"] == want["plan"] and _numbers(got) == pytest.approx(_numbers(want), rel=1e-12)

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -224,7 +226,10 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8,
             hint = _tt_preset(m)
             return FromConfig(kind, str(p), q, q["world"], c.get("training", {}).get("seq_len"), model_hint=hint)
         launch, notes = _accelerate_launch(p)
-        q = rb.read_accelerate(text, launch, gpus_per_node)
+        q = rb.read_accelerate(_accelerate_explicit(text), launch, gpus_per_node)
+        mp = str((yaml.safe_load(text) or {}).get("mixed_precision", "")).lower()
+        if mp in ("bf16", "fp16", "fp8"):
+            q["_precision"] = mp
         return FromConfig(kind, str(p), q, q["world"], notes=notes)
     except InputError:
         raise
@@ -316,6 +321,16 @@ def _tt_preset(m: dict) -> str | None:
     return match_preset({"layers": a["n_layers"], "hidden": a["dim"], "heads": a["n_heads"],
                          "kv_heads": a["n_kv_heads"], "vocab": a["vocab_size"],
                          "ffn_hidden": ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"])})
+
+
+def _accelerate_explicit(text: str) -> str:
+    """accelerate's implicit values made explicit (accelerate/utils/dataclasses.py): fsdp_version 1
+    when absent, one machine."""
+    c = yaml.safe_load(text) or {}
+    c.setdefault("num_machines", 1)
+    if isinstance(c.get("fsdp_config"), dict):
+        c["fsdp_config"] = {"fsdp_version": 1, **c["fsdp_config"]}
+    return yaml.safe_dump(c)
 
 
 def _accelerate_launch(p: Path) -> tuple[str, list]:
