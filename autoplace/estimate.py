@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplace import SCHEMA_VERSION
+from autoplace.contract import SCHEMA_VERSION
 from autoplace.cost import comm as C
 from autoplace.cost import memory as M
 from autoplace.cost.step import BREAKDOWN, evaluate
@@ -128,3 +128,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
             "interval": _intervals(model, hw, train, "step", _f(ev["step_s"])),
         }
     return doc
+
+
+from autoplace._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # `autoplace.estimate(request)` calls autoplace.api.estimate

@@ -81,7 +81,7 @@ def render_html(title: str, sections: list[dict], footer: str = "") -> str:
 
 
 def write_report(path, title: str, sections: list[dict], footer: str = "") -> Path:
-    from autoplace import __version__
+    from autoplace._version import __version__
     from autoplace.io import atomic_write_bytes
     return atomic_write_bytes(path, render_html(title, sections, footer or f"autoplace {__version__}").encode("utf-8"))
 

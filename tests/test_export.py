@@ -115,7 +115,7 @@ def test_plan_file_round_trip_exact(tmp_path, model, plan, world):
     assert p2 == p.resolved(world)
     assert p2.to_dict() == p.resolved(world).to_dict()
     doc = json.loads(path.read_text())
-    assert doc["schema_version"] == 1 and doc["cluster"]["gpus"] == world
+    assert doc["schema_version"] == "1.0" and doc["cluster"]["gpus"] == world
     assert doc["cluster"]["hardware"]["name"] == HW.name and doc["cluster"]["hardware"]["source"] == HW.source
     assert doc["cluster"]["gpus_per_node"] == HW.gpus_per_node
     assert doc["cluster"]["scaleup_domain"] == HW.scaleup_domain

@@ -34,25 +34,22 @@ def build_training(model, seq_len, global_batch, global_batch_tokens, precision,
         if tokens < 1:
             raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
         B, note = default_global_batch(s, world, tokens)
+    from autoplace.runtimes.recipes import check_recipe
     check_recipe(precision, fp8_recipe)
     if runtime is not None:
-        from autoplace.runtimes import training_spec
+        from autoplace.specs.training import training_spec
         return training_spec(runtime, seq_len=s, global_batch=B, precision=precision, regime=regime,
                              fp8_recipe=fp8_recipe or ""), note
     return TrainingSpec(seq_len=s, global_batch=B, precision=precision, regime=regime or "zero",
                         fp8_recipe=fp8_recipe or ""), note
 
 
-def check_recipe(precision: str, recipe) -> None:
-    """--fp8-recipe: a known recipe (autoplace.runtimes.recipes) of the --precision's GEMM dtype."""
-    if not recipe:
-        return
-    from autoplace.errors import InputError
-    from autoplace.runtimes.recipes import RECIPES
-    r = RECIPES.get(recipe)
-    if r is None:
-        raise InputError(f"--fp8-recipe '{recipe}' is not a recipe; choose one of {', '.join(RECIPES)}")
-    if precision not in ("fp8", "fp4"):
-        raise InputError(f"--fp8-recipe {recipe} needs --precision {r.gemm_dtype} (got --precision {precision})")
-    if r.gemm_dtype != precision:
-        raise InputError(f"--fp8-recipe {recipe} runs {r.gemm_dtype} GEMMs; give --precision {r.gemm_dtype}")
+def training_from_config(fc, model, *, seq_len=None, global_batch=None, precision=None, regime=None,
+                         runtime=None, fp8_recipe: str = ""):
+    """The TrainingSpec of a launcher file (`autoplace.export.from_config.FromConfig`): its sequence
+    length, global batch and precision unless given, under its launcher's runtime unless `runtime`
+    (a name or RuntimeSpec) is given."""
+    train, _ = build_training(model, seq_len or fc.seq_len, global_batch or fc.global_batch, None,
+                              precision or fc.precision or "bf16", regime, fc.world,
+                              runtime=runtime or fc.runtime, fp8_recipe=fp8_recipe or "")
+    return train

@@ -6,8 +6,8 @@ and batch: plan files carry their own)."""
 
 from __future__ import annotations
 
-from autoplace import SCHEMA_VERSION
 from autoplace.analysis.explain import knob_diffs, verdict
+from autoplace.contract import SCHEMA_VERSION
 from autoplace.errors import IllegalPlanError
 
 AXIS_TERM = {"dp": "dp_comm_exposed", "tp": "tp_comm", "pp": "pp_comm", "cp": "cp_comm", "ep": "ep_comm",

@@ -43,19 +43,27 @@ def _usage(e) -> None:
     raise SystemExit(EXIT_USAGE)
 
 
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=_Group, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan distributed LLM training: placement, memory, communication, step time, search.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from autoplace._version import __version__
+        typer.echo(f"autoplace {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """autoplace: which parallelization trains this model fastest without running out of memory."""
 
 
 def _register() -> None:
     """Every command, explicitly: each module's `register(app)` adds its command(s)."""
-    from autoplace.cli import calibrate, compare, estimate, export, profile, search, sweep, validate
-    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export):
+    from autoplace.cli import calibrate, compare, estimate, export, listing, profile, search, sweep, validate
+    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export, listing):
         mod.register(app)
 
 

@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         host copies; fit the cost model's hardware parameters; write a profile TOML."""
         from pathlib import Path
 
+        from autoplace._imports import require
+        require("torch", "autoplace calibrate")
         from autoplace.errors import InputError
         from autoplace.profile import calibrate as calibration
         if backend not in ("gloo", "nccl"):

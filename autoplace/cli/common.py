@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
-from pathlib import Path
 
 import typer
 
-from autoplace.errors import AutoplaceError, InputError
+from autoplace.errors import AutoplaceError
 from autoplace.io import atomic_write, to_jsonable  # noqa: F401  (re-exported for the commands)
+from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the library resolvers)
+    check_gpus,
+    check_hardware_name,
+    resolve_hardware,
+    resolve_model,
+)
 
 
 def cli_errors(fn):
@@ -27,65 +31,6 @@ def cli_errors(fn):
             typer.echo(f"error: {e.filename}: {e.strerror}", err=True)
             raise typer.Exit(1)
     return wrapper
-
-
-def resolve_model(model: str | None, params: str | None, largest_layer: float | None = None,
-                  allow_params: bool = True):
-    """--model NAME|config.json|DIR or --params COUNT → ModelSpec."""
-    from autoplace.specs.model import params_only
-    if params is not None:
-        try:
-            return params_only(float(params), largest_unit=largest_layer)
-        except ValueError:
-            raise InputError(f"--params must be a number like 7.5e9, got '{params}'") from None
-    if not model:
-        raise InputError("give --model NAME (e.g. 13b) or a config.json path"
-                         + (", or --params COUNT" if allow_params else ""))
-    p = Path(model)
-    if p.suffix == ".json" or p.is_dir() or (os.sep in model and p.exists()):
-        from autoplace.specs.hf_config import load_hf_config
-        return load_hf_config(model)
-    from autoplace.specs.presets import get_preset
-    return get_preset(model)
-
-
-def check_hardware_name(hardware: str) -> None:
-    """--hardware takes a profile name (or alias) or a .toml path, exactly: a free-form name such as
-    'h100xyz' is refused with the closest names, never silently mapped to a profile."""
-    import difflib
-
-    from autoplace.specs.hardware import ALIASES, _canon, available_profiles
-    p = Path(hardware)
-    if p.suffix == ".toml" or p.exists() or os.sep in hardware:
-        return
-    key = _canon(hardware)
-    names = available_profiles()
-    if key in names or key in ALIASES:
-        return
-    close = difflib.get_close_matches(key, names + list(ALIASES), n=2, cutoff=0.5)
-    raise InputError(f"--hardware: unknown profile '{hardware}'"
-                     + (f" (did you mean {' or '.join(close)}?)" if close else "")
-                     + f"; choose one of {', '.join(names)} or pass a .toml path")
-
-
-def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_per_node: int | None = None):
-    from autoplace.specs.hardware import DEFAULT_HARDWARE, load_hardware, parse_size
-    if hardware:
-        check_hardware_name(hardware)
-    ov = {}
-    if gpu_memory:
-        ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory")
-    if gpus_per_node is not None:
-        if gpus_per_node < 1:
-            raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
-        ov["gpus_per_node"] = gpus_per_node
-    return load_hardware(hardware or DEFAULT_HARDWARE, **ov)
-
-
-def check_gpus(gpus: int) -> int:
-    if gpus is None or gpus < 1:
-        raise InputError(f"--gpus must be a positive integer, got {gpus}")
-    return gpus
 
 
 def print_json(doc) -> None:

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from autoplace.analysis.common import build_training
+from autoplace.analysis.common import build_training, training_from_config
 from autoplace.cli.common import (
     RUNTIME_SET_HELP,
     check_gpus,
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
-        precision: str = typer.Option("bf16", "--precision"),
+        precision: Optional[str] = typer.Option(None, "--precision", help="bf16 (default), fp16, fp8, fp4, fp32"),
         fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="FP8/FP4 recipe: current (FP8-CS), delayed, blockwise, mxfp8, nvfp4 (Transformer Engine), tensorwise, rowwise (torchao); default: the runtime's first the GPU runs"),
         regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime (zero, megatron-bf16, …); default: the runtime's, else zero"),
         runtime: Optional[str] = typer.Option(None, "--runtime", help="runtime physics (megatron-core, torchtitan, deepspeed, …)"),
@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
         moe_capacity_factor: float = typer.Option(0.0, "--moe-capacity-factor", help="MoE expert capacity factor (token dropping, sync-free dispatch); 0 = dropless, which syncs device → host once per MoE layer"),
         plan: Optional[str] = typer.Option(None, "--plan", help='e.g. "tp=8,pp=4,zero=1,sp=1,recompute=selective,mbs=1"'),
         plan_file: Optional[str] = typer.Option(None, "--plan-file", help="plan.json written by search --emit"),
+        from_: Optional[str] = typer.Option(None, "--from", metavar="FILE",
+                                            help="the launcher config you have: Megatron-LM args or launch script, "
+                                                 "DeepSpeed .json, torchtitan .toml, accelerate .yaml"),
         states_only: bool = typer.Option(False, "--states-only", help="P+G+O memory and DP traffic only (ZeRO accounting)"),
         headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -55,7 +58,23 @@ def register(app: typer.Typer) -> None:
         """Memory per pipeline stage, communication per axis and step time of one plan."""
         from autoplace.estimate import estimate as run
         from autoplace.plan import parse_plan
-        if plan_file:
+        if from_:
+            from autoplace.errors import InputError
+            from autoplace.export import from_config
+            if plan or plan_file:
+                raise InputError("give one of --from, --plan, --plan-file")
+            m, fc, notes = from_config.resolve(from_, model=model, gpus=gpus, gpus_per_node=gpus_per_node or 8)
+            world, p = fc.world, fc.plan()
+            hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
+            rt = resolve_runtime(runtime, runtime_set) if (runtime or runtime_set) else None
+            if runtime_set and runtime is None:
+                rt = resolve_runtime(fc.runtime, runtime_set)
+            train = training_from_config(fc, m, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                         regime=regime, runtime=rt, fp8_recipe=fp8_recipe or "")
+            train = replace(train, attention=attention, dropout=dropout)
+            for n in notes:
+                typer.echo(f"--from: {n}", err=True)
+        elif plan_file:
             from autoplace.errors import InputError
             from autoplace.export.planfile import read_plan_file
             if plan:
@@ -81,7 +100,7 @@ def register(app: typer.Typer) -> None:
             if global_batch is None and (states_only or m.states_only):
                 r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
                 global_batch = max(r.dp, 1) * r.mbs
-            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world,
+            train, _ = build_training(m, seq_len, global_batch, None, precision or "bf16", regime, world,
                                       runtime=resolve_runtime(runtime, runtime_set), fp8_recipe=fp8_recipe)
             train = replace(train, attention=attention, dropout=dropout, states_only=states_only,
                             moe_capacity_factor=moe_capacity_factor)

@@ -45,6 +45,8 @@ def register(app: typer.Typer) -> None:
         collective bytes per axis and step time; equivalence against a single-process run."""
         from pathlib import Path
 
+        from autoplace._imports import require
+        require("torch", "autoplace profile")
         from autoplace.errors import EXIT_REFUSED, InputError
         from autoplace.io import default_run_dir
         from autoplace.plan import parse_plan

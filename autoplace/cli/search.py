@@ -191,18 +191,6 @@ def _docs(model, hw, train, plans, world, headroom):
     return [estimate(model, hw, train, p, world, headroom) for p in plans]
 
 
-def _ranked_docs(model, hw, outcome, world, headroom):
-    from autoplace.estimate import estimate
-    from autoplace.search.launchers import runs_on
-    docs = []
-    for p, _, tg in outcome.ranked:
-        d = estimate(model, hw, tg.train, p, world, headroom)
-        d["runs_on"] = runs_on(model, hw, tg.train, p, world)
-        d["search"] = {"launcher": tg.launcher, "runtime": tg.runtime.name if tg.runtime is not None else None}
-        docs.append(d)
-    return docs
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     @cli_errors
@@ -238,11 +226,14 @@ def register(app: typer.Typer) -> None:
         plot: Optional[str] = typer.Option(None, "--plot", help="write PNG pictures of the winner to DIR"),
         report: Optional[str] = typer.Option(None, "--report", help="write a self-contained HTML report to FILE.html"),
         confidence: Optional[float] = typer.Option(None, "--confidence", help="e.g. 0.9: keep plans whose peak memory fits at its upper prediction bound, rank by that quantile of step time (intervals from the published runs)"),
+        from_: Optional[str] = typer.Option(None, "--from", metavar="FILE",
+                                            help="take the model, sequence length and global batch of a launcher "
+                                                 "config you have (see estimate --from)"),
     ):
         """Search the plan space: the fastest plan that fits, the top-k, and why the winner wins."""
-        from autoplace import SCHEMA_VERSION
+        from autoplace.api import ranked_docs, search_document, stats_json
+        from autoplace.contract import SCHEMA_VERSION
         from autoplace.errors import InputError, NoFeasiblePlanError
-        from autoplace.runtimes.switches import settings_text
         from autoplace.search import launchers as LS
         from autoplace.search.driver import METHODS
         from autoplace.search.space import load_space
@@ -258,7 +249,17 @@ def register(app: typer.Typer) -> None:
             check_out_dir(emit, "--emit")
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
-        m = resolve_model(model, None, allow_params=False)
+        if from_:       # the model and batch of the user's launcher file; the search picks the rest
+            from autoplace.export import from_config
+            m, fc, notes = from_config.resolve(from_, model=model, gpus_per_node=gpus_per_node or 8,
+                                               default_gpus=world)
+            seq_len = seq_len or fc.seq_len
+            if global_batch is None and global_batch_tokens is None:
+                global_batch = fc.global_batch
+            for n in notes:
+                typer.echo(f"--from: {n}", err=True)
+        else:
+            m = resolve_model(model, None, allow_params=False)
         if m.states_only:
             raise InputError("search needs a model shape (--model preset or config.json)")
         hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
@@ -285,7 +286,7 @@ def register(app: typer.Typer) -> None:
                 doc = {"schema_version": SCHEMA_VERSION, "plans": [], "error": str(e),
                        "closest": _docs(m, hw, tr, [closest], world, headroom)[0] if closest and tr else None}
                 if res is not None:
-                    doc["stats"] = _stats_json(res["stats"], "")
+                    doc["stats"] = stats_json(res["stats"], "")
                 print_json(doc)
             raise
         finally:
@@ -302,28 +303,18 @@ def register(app: typer.Typer) -> None:
             fam_names = [f for f, _, _ in fams]
             result = dict(result, plans=[q for _, _, q in fams], steps=[s_ for _, s_, _ in fams])
             outcome.ranked = [(q, s_, t0) for _, s_, q in fams]
-        docs = _ranked_docs(m, hw, outcome, world, headroom)
+        docs = ranked_docs(m, hw, outcome, world, headroom)
         if conf:
             docs, result = _rank_by_quantile(docs, result, m, hw, conf)
         stats = result["stats"]
         profiled = _profile(m, hw, train, ranked, world, profile_top, seq_len=train.seq_len,
                             out_dir=profile_out) if profile_top else None
         if as_json:
-            doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
-                   "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
-                   "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
-                                 "runtime_set": settings_text(t.runtime) if t.runtime else [],
-                                 "rules": [r.id for r in t.rules],
-                                 "stats": _stats_json(t.result["stats"], "") if t.result else None,
-                                 "error": str(t.error) if t.error else None} for t in outcome.targets]}
+            doc = search_document(m, hw, world, outcome, headroom, len(outcome.ranked), docs=docs)
             if fam_names is not None:
                 doc["families"] = fam_names
             if conf:
                 doc["confidence"] = {k: v for k, v in conf.items() if k != "headroom"}
-            if outcome.best_per_launcher:
-                doc["best_per_launcher"] = {
-                    n: ({"plan": v[0].resolved(world).to_dict(), "step_s": v[1], "runtime": v[2].runtime.name}
-                        if isinstance(v, tuple) else {"error": v}) for n, v in outcome.best_per_launcher.items()}
             if profiled is not None:
                 doc["profiled"] = profiled
             print_json(doc)
@@ -389,14 +380,6 @@ def _rank_by_quantile(docs, result, model, hw, conf):
     return docs, result
 
 
-def _stats_json(stats: dict, train_note: str) -> dict:
-    keys = ("candidates", "legal", "feasible", "pruned_by_rule", "method", "optimal", "seconds", "evaluated",
-            "method_reason", "optimal_note", "space_note", "workers", "trials", "seed", "ilp", "pruned_by_bound")
-    out = {k: stats[k] for k in keys if k in stats}
-    out["global_batch_note"] = train_note
-    return out
-
-
 def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
     from autoplace.errors import AutoplaceError
     try:
@@ -421,8 +404,10 @@ def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
 def _profile(model, hw, train, ranked, world, k, seq_len=128, out_dir=None):
     """Run the first k runnable plans of the ranking for real; the table to stderr, the results
     (JSON-ready) returned, the records in out_dir (default runs/search-<model>-<N>g-<UTC>/)."""
+    from autoplace._imports import require
     from autoplace.errors import AutoplaceError
     from autoplace.io import default_run_dir
+    require("torch", "--profile-top")
     try:
         from autoplace.profile.candidates import profile_candidates, select_runnable
     except ImportError as e:

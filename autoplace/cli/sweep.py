@@ -102,10 +102,10 @@ def register(app: typer.Typer) -> None:
         report: Optional[str] = typer.Option(None, "--report", help=REPORT_HELP),
     ):
         """Best plan per GPU count (× hardware, seq len, batch): time to train, cost, Pareto front, deadline pick."""
-        from autoplace import SCHEMA_VERSION
         from autoplace.analysis import inputs as I
         from autoplace.analysis.sweep import SweepConfig, grid, run_sweep
         from autoplace.cli.search import _LazyProgress
+        from autoplace.contract import SCHEMA_VERSION
         from autoplace.errors import InputError
         from autoplace.search.driver import METHODS
         from autoplace.search.space import load_space

@@ -13,9 +13,9 @@ A launcher that cannot express a plan refuses it with the reason (LauncherRefuse
 instead of writing a file that would run something else.
 """
 
-from autoplace.export.common import ExportJob, LauncherRefusedError, as_job
+from autoplace.export.common import ExportJob, LauncherRefusedError, Recompute, as_job
 from autoplace.export.exporter import ExportResult, emit_files, emit_for_search, export_all, resolve_launchers
-from autoplace.export.launcher import Launcher, Recompute
+from autoplace.export.launcher import Launcher
 from autoplace.export.planfile import (
                                        PLAN_SCHEMA_VERSION,
                                        plan_document,
@@ -28,3 +28,8 @@ from autoplace.export.registry import LAUNCHERS, get_launcher
 __all__ = ["LAUNCHERS", "Launcher", "Recompute", "get_launcher", "ExportJob", "LauncherRefusedError", "as_job", "ExportResult", "emit_files",
            "emit_for_search", "export_all", "resolve_launchers", "PLAN_SCHEMA_VERSION", "plan_document",
            "read_plan_file", "specs_from_document", "write_plan_file"]
+
+
+from autoplace._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # `autoplace.export(request)` calls autoplace.api.export

@@ -25,7 +25,7 @@ class ExportResult:
     plan: str = ""
 
     def to_dict(self) -> dict:
-        from autoplace import SCHEMA_VERSION
+        from autoplace.contract import SCHEMA_VERSION
         return {"schema_version": SCHEMA_VERSION, "out_dir": self.out_dir, "plan": self.plan, "plan_file": self.plan_file,
                 "written": self.written, "refused": self.refused, "notes": self.notes,
                 "removed": self.removed}

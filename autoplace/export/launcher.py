@@ -23,7 +23,6 @@ The runtime a job runs under is its TrainingSpec's runtime when that runtime nam
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
@@ -82,14 +81,6 @@ COMMON_RULES = (
          lambda c, p: f"zero_axes='{p.zero_axes}' keeps ZeRO state replicated over cp={p.cp}; launchers shard "
                       "ZeRO/FSDP state over the joint dp×cp group"),
 )
-
-
-@dataclass(frozen=True)
-class Recompute:
-    """Activation recomputation as a launcher writes it: kind none|selective|full|block and the
-    recomputed layers per stage (None when the kind has no count)."""
-    kind: str
-    layers: int | None
 
 
 class Launcher(abc.ABC):

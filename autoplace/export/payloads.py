@@ -11,8 +11,9 @@ ORDER = ("megatron", "torchtitan", "deepspeed", "accelerate", "generic")
 
 def available(job: ExportJob) -> list[str]:
     """Payloads whose launcher supports the plan, in preference order (generic always)."""
-    from autoplace.export.registry import LAUNCHERS
-    out = [n for n in ORDER[:-1] if not LAUNCHERS[n].refusals(job)]
+    from autoplace.export import accelerate, deepspeed, megatron, torchtitan  # the stacks, not the registry
+    stacks = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "accelerate": accelerate}
+    out = [n for n in ORDER[:-1] if not stacks[n].LAUNCHER.refusals(job)]
     return out + ["generic"]
 
 

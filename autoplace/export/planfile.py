@@ -4,7 +4,7 @@ One JSON document holds everything needed to re-create a chosen plan without re-
 
 ```
 {
-  "schema_version": 1,
+  "schema_version": "1.0",
   "generator": {"name": "autoplace", "version": "0.1.0"},
   "model":    {ModelSpec fields},
   "cluster":  {"hardware": {HardwareSpec fields, incl. name and source path},
@@ -31,10 +31,12 @@ import json
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
+from autoplace.contract import SCHEMA_VERSION, check_version
 from autoplace.errors import InputError
 from autoplace.io import read_json
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = SCHEMA_VERSION
+"""Plan files carry the version every autoplace document carries (`autoplace.contract`)."""
 
 _PLAN_ENUMS = {
     "recompute": ("none", "selective", "full", "block"),
@@ -46,7 +48,7 @@ _PLAN_ENUMS = {
 
 def plan_document(model, hw, train, plan, world: int, predicted: dict | None = None) -> dict:
     """The plan file as a dict (JSON-ready)."""
-    from autoplace import __version__
+    from autoplace._version import __version__
     from autoplace.io import to_jsonable
     world = int(world)
     plan = plan.resolved(world)
@@ -122,14 +124,8 @@ def specs_from_document(doc, where: str = "plan document"):
     """Validate a plan document and build (model, hw, train, plan, world, predicted)."""
     if not isinstance(doc, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    ver = doc.get("schema_version")
-    if ver is None:
-        raise InputError(f"{where}: missing 'schema_version' (is this an autoplace plan file?)")
-    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
-        raise InputError(f"{where}: schema_version must be a positive integer, got {ver!r}")
-    if ver > PLAN_SCHEMA_VERSION:
-        raise InputError(f"{where}: schema_version {ver} is newer than this autoplace reads "
-                         f"({PLAN_SCHEMA_VERSION}); upgrade autoplace")
+    doc, where = _plan_part(doc, where)
+    check_version(doc.get("schema_version"), where)
     for key in ("model", "cluster", "training", "plan"):
         if key not in doc:
             raise InputError(f"{where}: missing field '{key}'")
@@ -143,6 +139,26 @@ def specs_from_document(doc, where: str = "plan document"):
     if pred is not None and not isinstance(pred, dict):
         raise InputError(f"{where}: 'predicted' must be an object or null, got {type(pred).__name__}")
     return model, hw, train, plan, world, pred
+
+
+def _plan_part(doc: dict, where: str) -> tuple[dict, str]:
+    """The plan document inside what `--plan-file` was given: a plan file itself, one entry of
+    `search --json` (its `plan_file`), or a whole `search --json` document (its first plan)."""
+    if "plans" in doc and "model" not in doc:
+        plans = doc.get("plans")
+        if not isinstance(plans, list) or not plans:
+            raise InputError(f"{where}: a search document without plans (the search found none)")
+        check_version(doc.get("schema_version"), where)
+        doc, where = plans[0], f"{where} plans[0]"
+        if not isinstance(doc, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    if "plan_file" in doc and isinstance(doc["plan_file"], dict):
+        check_version(doc.get("schema_version"), where)
+        return doc["plan_file"], f"{where} plan_file"
+    if "placement" in doc and "cluster" not in doc:
+        raise InputError(f"{where}: an estimate document holds no plan file; pass `search --json` output, "
+                         f"or a plan.json (`search --emit DIR`)")
+    return doc, where
 
 
 # ---- sections ------------------------------------------------------------------------------------

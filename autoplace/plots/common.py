@@ -16,7 +16,8 @@ TERM_COLORS = {"compute": "#4c72b0", "recompute": "#64b5cd", "tp_comm": "#dd8452
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (imported on first use: the CLI starts fast)."""
-    import matplotlib
+    from autoplace._imports import require
+    matplotlib = require("matplotlib", "--plot / --report")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
     return plt

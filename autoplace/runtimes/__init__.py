@@ -17,10 +17,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from autoplace.data import package_dir
 from autoplace.errors import InputError
 from autoplace.runtimes.spec import SECTIONS, TOP_KEYS, RuntimeSpec
 
-RUNTIME_DIR = Path(__file__).resolve().parent
+RUNTIME_DIR = package_dir("runtimes")
 DEFAULT_RUNTIME = "megatron-core"
 
 __all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "RuntimeSpec", "available_runtimes", "load_runtime",
@@ -132,19 +133,10 @@ def load_runtime(name_or_path: str | RuntimeSpec | None = None) -> RuntimeSpec:
     return _load(str(_path(name_or_path or DEFAULT_RUNTIME).resolve()))
 
 
-def training_spec(runtime=None, *, seq_len: int, global_batch: int, precision: str = "bf16",
-                  fp8_recipe: str = "", **overrides):
-    """A TrainingSpec with the runtime's defaults for what the caller leaves out: optimizer regime,
-    gradient-reduce width, vocabulary padding, attention kernel class and dropout. Keyword
-    `overrides` (e.g. regime="zero") win over the runtime's defaults."""
-    from autoplace.specs.training import TrainingSpec
-    rt = load_runtime(runtime)
-    d = rt.defaults
-    kw = dict(regime=d.regime if precision != "fp32" else "fp32",
-              grad_reduce_bytes=d.grad_reduce_bytes or None,
-              vocab_divisible_by=d.vocab_divisible_by,
-              attention="eager" if d.eager_attention else "flash",
-              dropout=d.attention_dropout)
-    kw.update({k: v for k, v in overrides.items() if v is not None})
-    return TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                        fp8_recipe=fp8_recipe, runtime=rt, **kw)
+def __getattr__(name: str):
+    """`autoplace.runtimes.training_spec`: moved to autoplace.specs.training (a TrainingSpec holds a
+    runtime, so the runtimes sit below it); the old name keeps working."""
+    if name == "training_spec":
+        import importlib
+        return importlib.import_module("autoplace.specs.training").training_spec
+    raise AttributeError(f"module 'autoplace.runtimes' has no attribute {name!r}")

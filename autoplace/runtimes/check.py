@@ -28,7 +28,7 @@ SELECTIVE = ("attention", "op-sac")
 def validate_runtime(rt) -> None:
     """Enumerated fields hold known values; a bad value is a one-line InputError naming it."""
     from autoplace.runtimes.recipes import RECIPES
-    from autoplace.specs.training import REGIMES
+    from autoplace.specs.regimes import REGIMES
 
     def bad(where, val, allowed):
         raise InputError(f"runtime {rt.name}: {where} = {val!r} is not one of {', '.join(map(str, allowed))}")

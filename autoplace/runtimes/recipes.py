@@ -80,3 +80,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            amax_passes=1, copies=1, weight_cache=0.0,
            description="torchao Float8Linear rowwise: per-row scales, dynamic, casts on every use"),
 )}
+
+
+def check_recipe(precision: str, recipe) -> None:
+    """--fp8-recipe: a known recipe (autoplace.runtimes.recipes) of the --precision's GEMM dtype."""
+    if not recipe:
+        return
+    from autoplace.errors import InputError
+    r = RECIPES.get(recipe)
+    if r is None:
+        raise InputError(f"--fp8-recipe '{recipe}' is not a recipe; choose one of {', '.join(RECIPES)}")
+    if precision not in ("fp8", "fp4"):
+        raise InputError(f"--fp8-recipe {recipe} needs --precision {r.gemm_dtype} (got --precision {precision})")
+    if r.gemm_dtype != precision:
+        raise InputError(f"--fp8-recipe {recipe} runs {r.gemm_dtype} GEMMs; give --precision {r.gemm_dtype}")

@@ -14,3 +14,8 @@
 
 Nothing here imports optuna or ortools at module import time.
 """
+
+
+from autoplace._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # `autoplace.search(request)` calls autoplace.api.search

@@ -166,7 +166,9 @@ def run_bayes(ctx, hw, space, headroom: float = 0.0, n_trials: int = 200, seed: 
 
     extra_rules: `Rule`s applied after `rules.RULES`, in the enumeration and in each trial's
     legality count (`autoplace.search.pruning`)."""
-    import optuna
+    from autoplace._imports import require
+    optuna = require("optuna", "--method bayes (also what --method auto picks for the largest spaces; "
+                               "--method exhaustive needs nothing more)")
 
     from autoplace.cost.memory import memory_limit
     from autoplace.cost.step import evaluate

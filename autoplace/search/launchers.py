@@ -123,7 +123,7 @@ def build_train(model, target: Target, seq_len: int, global_batch: int, precisio
     if target.runtime is None:
         return TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision,
                             regime=regime or "zero", fp8_recipe=fp8_recipe or "")
-    from autoplace.runtimes import training_spec
+    from autoplace.specs.training import training_spec
     return training_spec(target.runtime, seq_len=seq_len, global_batch=global_batch, precision=precision,
                          regime=regime, fp8_recipe=fp8_recipe or "")
 
@@ -184,7 +184,7 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
     """The searches `autoplace search` runs for --launcher/--runtime (see the module docstring);
     `runtime_set` (--runtime-set) applies over each search's runtime (autoplace.runtimes.switches).
     families (`search --diverse`): the best plan of each family (one search only)."""
-    from autoplace.analysis.common import check_recipe
+    from autoplace.runtimes.recipes import check_recipe
     from autoplace.search.driver import DEFAULT_TOKENS_PER_STEP, default_global_batch
     check_recipe(precision, fp8_recipe)
     targets = resolve_targets(launchers, runtime, runtime_set)

@@ -15,19 +15,8 @@ from dataclasses import dataclass, replace
 from autoplace.errors import InputError
 
 # name → (b_P, b_G, b_M, b_O, description)
-REGIMES: dict[str, tuple[int, int, int, int, str]] = {
-    "zero": (2, 2, 0, 12, "ZeRO convention: 16-bit P and G, fp32 master+m+v (16 B/param; ZeRO §3.1)"),
-    "megatron-bf16": (2, 4, 0, 12, "Megatron --bf16: 16-bit P, fp32 main grads, fp32 master+m+v "
-                                   "(18 B/param; distributed 6 + 12/d)"),
-    "megatron-fp16": (2, 2, 4, 12, "Megatron fp16: 16-bit P and G + fp32 main grad (20 B/param; "
-                                   "distributed 4 + 16/d)"),
-    "deepspeed": (2, 2, 4, 12, "DeepSpeed ZeRO-2/3 as implemented: fp32 grad partition (2 + 18/N at ZeRO-2)"),
-    "fp32": (4, 4, 0, 8, "pure fp32 Adam, no separate master (16 B/param; distributed 8 + 8/d)"),
-    "bf16-moments": (2, 2, 0, 8, "bf16 P/G, fp32 master, bf16 moments (12 B/param) [derived]"),
-    "pure-bf16": (2, 2, 0, 4, "bf16 everything, no master, bf16 moments (8 B/param) [derived]"),
-    "sgd-momentum": (2, 2, 0, 8, "mixed precision SGD + momentum (12 B/param) [derived]"),
-    "adam8bit": (2, 2, 0, 6, "fp32 master + 8-bit moments (10 B/param) [derived]"),
-}
+from autoplace.specs.regimes import REGIMES  # noqa: E402  (the table lives below the runtimes that name a regime)
+
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")   # fp8/fp4: GEMMs in that format (a recipe), activations bf16
 ATTENTION = ("flash", "eager")
 
@@ -112,3 +101,21 @@ class TrainingSpec:
 
     def with_(self, **kw) -> "TrainingSpec":
         return replace(self, **kw)
+
+
+def training_spec(runtime=None, *, seq_len: int, global_batch: int, precision: str = "bf16",
+                  fp8_recipe: str = "", **overrides):
+    """A TrainingSpec with the runtime's defaults for what the caller leaves out: optimizer regime,
+    gradient-reduce width, vocabulary padding, attention kernel class and dropout. Keyword
+    `overrides` (e.g. regime="zero") win over the runtime's defaults."""
+    from autoplace.runtimes import load_runtime
+    rt = load_runtime(runtime)
+    d = rt.defaults
+    kw = dict(regime=d.regime if precision != "fp32" else "fp32",
+              grad_reduce_bytes=d.grad_reduce_bytes or None,
+              vocab_divisible_by=d.vocab_divisible_by,
+              attention="eager" if d.eager_attention else "flash",
+              dropout=d.attention_dropout)
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                        fp8_recipe=fp8_recipe, runtime=rt, **kw)

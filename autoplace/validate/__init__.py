@@ -43,7 +43,7 @@ def validate_records(records) -> dict:
 
 def document(results, summary) -> dict:
     """The JSON document of a run: {schema_version, records, summary, not_compared, mapping}."""
-    from autoplace import SCHEMA_VERSION
+    from autoplace.contract import SCHEMA_VERSION
     out, not_compared, mapping = [], [], {}
     for r in results:
         if r.skipped is not None:

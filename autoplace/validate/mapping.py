@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 
 from autoplace.errors import AutoplaceError
 from autoplace.plan import Plan, lighter_ends_split
-from autoplace.runtimes import load_runtime, training_spec
+from autoplace.runtimes import load_runtime
 from autoplace.runtimes.infer import benchmark_overrides, runtime_for_record
 from autoplace.runtimes.switches import apply_settings, settings_text
 from autoplace.specs.hardware import HardwareSpec, load_hardware
 from autoplace.specs.model import ModelSpec, params_only
-from autoplace.specs.training import TrainingSpec
+from autoplace.specs.training import TrainingSpec, training_spec
 from autoplace.validate.model_map import map_model
 from autoplace.validate.plan_map import (
     dp_overlap_of,
