@@ -125,8 +125,9 @@ SEARCH_ENTRY = {**ESTIMATE, "properties": {**ESTIMATE["properties"],
                                            "plan_file": PLAN_FILE},
                 "required": sorted(set(ESTIMATE["required"]) | {"runs_on", "plan_file"})}
 
-STATS = obj({"candidates": INT, "legal": INT, "feasible": INT, "method": STR, "optimal": BOOL,
-             "seconds": NUM, "evaluated": INT},
+INT_OR_NULL = {"type": ["integer", "null"]}
+STATS = obj({"candidates": INT, "legal": INT_OR_NULL, "feasible": INT_OR_NULL, "method": STR, "optimal": BOOL,
+             "seconds": NUM, "evaluated": INT, "pruned_by_bound": INT},
             required=["candidates", "legal", "feasible", "method"])
 
 SEARCH = obj({

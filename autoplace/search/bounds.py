@@ -380,7 +380,7 @@ def _evaluate_flat(ctx, hw, space, headroom, g, keys, slot, n_rl, legal):
     """evaluate() on a (rows × S) grid with the block-slot layer count solved from memory (n_rl:
     the plans the slot stands for, per grid row). Returns (grid, ev, wl, wf): the plans each evaluated
     plan stands for, legal and fitting, with the grid (its block-slot layer counts solved)."""
-    from autoplace.search.exhaustive import evaluate_block
+    from autoplace.search.topk import evaluate_block
     if g.size == 0:
         return g, None, None, None
     hi = None
@@ -428,7 +428,7 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
     `pruned_by_bound` (plans never evaluated: their cell's bound exceeds the k-th best step).
     separable=False (rules that read two option groups): evaluated plans get the second legality
     pass; `legal` is then None (plans the bound rules out are not checked)."""
-    from autoplace.search.exhaustive import TopK, resolved_ctx
+    from autoplace.search.topk import TopK, resolved_ctx
     t0 = time.perf_counter()
     ctx = resolved_ctx(ctx)
     k = max(1, int(top_k))
