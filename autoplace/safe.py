@@ -173,6 +173,11 @@ def integer(v: object, field: str, *, lo: int | None = None, hi: int | None = No
     return v
 
 
+def fmt(x: float) -> str:
+    """1048576 → '1,048,576'; 0.95 → '0.95'."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
 def _short(v) -> str:
     s = repr(v)
     return s if len(s) <= 24 else f"a {len(s)}-digit number"
@@ -181,9 +186,9 @@ def _short(v) -> str:
 def _range(x, v, field, lo, hi, lo_open, fix):
     tail = f"; {fix}" if fix else ""
     if lo is not None and (x <= lo if lo_open else x < lo):
-        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {lo:g}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {fmt(lo)}, got {_short(v)}{tail}")
     if hi is not None and x > hi:
-        raise InputError(f"{field} must be ≤ {hi:,}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be ≤ {fmt(hi)}, got {_short(v)}{tail}")
 
 
 def check_finite_costs(values: dict, what: str = "estimate") -> None:
@@ -199,6 +204,50 @@ def check_finite_costs(values: dict, what: str = "estimate") -> None:
 
 class InternalError(AutoplaceError):
     """A cost came out non-finite or negative: never printed as a result. Exit code 1."""
+
+
+MAX_LOCAL_RANKS = 256
+"""Most ranks `profile` / `calibrate` start on this machine (--gpus, --nproc)."""
+
+CLI_NUMBERS: dict[str, tuple[str, float, float, bool, bool]] = {
+    # parameter → (option, low, high, integer, low exclusive)
+    "gpus": ("--gpus", 1, MAX_GPUS, True, False),
+    "gpus_per_node": ("--gpus-per-node", 1, 4096, True, False),
+    "seq_len": ("--seq-len", 1, MAX_SEQ_LEN, True, False),
+    "global_batch": ("--global-batch", 1, MAX_BATCH, True, False),
+    "global_batch_tokens": ("--global-batch-tokens", 1, MAX_BATCH * 4096, True, False),
+    "top_k": ("--top-k", 1, MAX_TOP_K, True, False),
+    "headroom": ("--memory-headroom", 0.0, 0.95, False, False),
+    "trials": ("--trials", 1, MAX_TRIALS, True, False),
+    "workers": ("--workers", 1, 1024, True, False),
+    "profile_top": ("--profile-top", 1, 100, True, False),
+    "largest_layer": ("--largest-layer", 0.0, 1e16, False, True),
+    "steps": ("--steps", 1, 1_000_000, True, False),
+    "warmup": ("--warmup", 0, 1_000_000, True, False),
+    "seed": ("--seed", 0, 2**63 - 1, True, False),
+    "lr": ("--lr", 0.0, 1e3, False, True),
+    "timeout": ("--timeout", 0.0, MAX_PROFILE_TIMEOUT_S, False, True),
+    "nproc": ("--nproc", 1, MAX_LOCAL_RANKS, True, False),
+    "nnodes": ("--nnodes", 1, 65536, True, False),
+}
+"""The domain of every numeric command-line option, checked before a command runs
+(`autoplace.cli.common.cli_errors`). Per command: `profile --gpus` ≤ MAX_LOCAL_RANKS."""
+CLI_OVERRIDES = {("profile", "gpus"): ("--gpus", 1, MAX_LOCAL_RANKS, True, False)}
+
+
+def check_cli_numbers(command: str, values: dict) -> None:
+    """Check every numeric option of `command` (its keyword arguments) against `CLI_NUMBERS`; the first
+    out of its domain is a one-line InputError naming the option and the allowed range."""
+    for k, v in values.items():
+        dom = CLI_OVERRIDES.get((command, k)) or CLI_NUMBERS.get(k)
+        if dom is None or v is None or isinstance(v, (str, list, tuple, bool)):
+            continue
+        opt, lo, hi, is_int, lo_open = dom
+        fix = f"give a value in {fmt(lo)}..{fmt(hi)}" + (" (above the low end)" if lo_open else "")
+        if is_int:
+            integer(v, opt, lo=int(lo), hi=int(hi), fix=fix)
+        else:
+            number(v, opt, lo=lo, hi=hi, lo_open=lo_open, fix=fix)
 
 
 # ---- files --------------------------------------------------------------------------------------------
