@@ -191,13 +191,21 @@ def _range(x, v, field, lo, hi, lo_open, fix):
         raise InputError(f"{field} must be ≤ {fmt(hi)}, got {_short(v)}{tail}")
 
 
+ROUNDING = 1e-9
+"""Negative values down to −ROUNDING are rounding (a difference of equal sums) and count as 0."""
+
+
 def check_finite_costs(values: dict, what: str = "estimate") -> None:
-    """Internal check before anything is printed or ranked: every number is finite and ≥ 0. A
-    violation is a bug (or an input no check caught), reported as one line, never printed as a result."""
+    """Internal check before anything is printed or ranked: every number is finite and ≥ 0 (down to
+    −ROUNDING). A violation is a bug (or an input no check caught), reported as one line, never
+    printed as a result."""
     for k, v in values.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if not math.isfinite(v) or v < 0:
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                continue
+        if not math.isfinite(v) or v < -ROUNDING:
             raise InternalError(f"internal error: {what} {k} = {v!r} is not a finite non-negative number; "
                                 "please report this input")
 

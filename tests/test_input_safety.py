@@ -234,3 +234,86 @@ def test_emitted_files_hold_no_absolute_path_of_the_planning_machine(tmp_path):
     for f in out.iterdir():
         assert str(tmp_path) not in f.read_text(), f.name
     assert os.path.exists(out / "plan.json")
+
+
+# ---- files and processes -------------------------------------------------------------------------
+def _doc(plan="zero=3,recompute=full,mbs=2"):
+    return plan_document(get_preset("13b"), HW, TRAIN, parse_plan(plan), 64)
+
+
+def test_second_emit_for_another_launcher_replaces_the_whole_folder(tmp_path):
+    from autoplace.export import emit_for_search
+    out = tmp_path / "emit"
+    emit_for_search(_doc(), out, ["megatron"])
+    (out / "my_notes.txt").write_text("mine")                    # the user's own file stays
+    emit_for_search(_doc("zero=1,mbs=1"), out, ["deepspeed"])
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["deepspeed_launch.sh", "ds_config.json", "export_manifest.json", "my_notes.txt", "plan.json"]
+    assert json.loads((out / "plan.json").read_text())["plan"]["zero"] == 1
+    man = json.loads((out / "export_manifest.json").read_text())
+    assert "megatron_args.txt" in man["removed"] and man["out_dir"] == "."
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]      # no staging left over
+
+
+def test_a_kill_during_emit_leaves_the_old_folder_whole(tmp_path, monkeypatch):
+    import autoplace.io as io
+    from autoplace.export import emit_for_search
+    out = tmp_path / "emit"
+    emit_for_search(_doc(), out, ["megatron"])
+    before = {p.name: p.read_text() for p in out.iterdir()}
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(io, "_rename_exchange", killed)
+    with pytest.raises(KeyboardInterrupt):
+        emit_for_search(_doc("zero=1,mbs=1"), out, ["deepspeed"])
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_calibrate_slurm_template_quotes_paths_and_refuses_bad_partitions():
+    from autoplace.profile.calibrate.templates import slurm_template
+    text = slurm_template(2, 8, "nccl", "my out.toml", f"raw\n$(touch {CANARY}).json", "gpu")
+    assert "--out 'my out.toml'" in text and f"'raw $(touch {CANARY}).json'" in text
+    with pytest.raises(InputError, match="--partition"):
+        slurm_template(2, 8, "nccl", "o.toml", "r.json", "gpu\n#SBATCH --wrap=x")
+
+
+_FAKE_TORCHRUN = """
+import sys
+import autoplace.profile.launch as L
+from autoplace.plan import parse_plan
+from autoplace.specs.presets import get_preset
+pidf = sys.argv[1]
+L.torchrun_argv = lambda n, *a, **k: ["sh", "-c", f'echo $$ > {pidf}.tmp; mv {pidf}.tmp {pidf}; sleep 300 & sleep 300 & wait', "x"]
+L.run_plans(get_preset("llama-tiny"), [parse_plan("")], 1, out_jsonl=sys.argv[2], workdir=sys.argv[3],
+            equivalence=False, startup_timeout_s=300, plan_timeout_s=300)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_profile_ends_its_torchrun_group_on_a_signal(tmp_path, sig):
+    import signal
+    import time
+    pidf = tmp_path / "pgid"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    p = subprocess.Popen([sys.executable, "-c", _FAKE_TORCHRUN, str(pidf), str(tmp_path / "r.jsonl"),
+                          str(tmp_path / "w")], env=env, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while not pidf.exists() and time.time() - t0 < 30:
+        time.sleep(0.05)
+    pgid = int(pidf.read_text())
+    os.killpg(pgid, 0)                                   # the group is alive
+    p.send_signal(getattr(signal, sig))
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    t0 = time.time()
+    while time.time() - t0 < 5:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.killpg(pgid, signal.SIGKILL)
+        raise AssertionError(f"torchrun's group outlived {sig}")
