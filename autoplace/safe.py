@@ -179,7 +179,7 @@ def fmt(x: float) -> str:
 
 
 def _short(v) -> str:
-    s = repr(v)
+    s = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else repr(v)
     return s if len(s) <= 24 else f"a {len(s)}-digit number"
 
 

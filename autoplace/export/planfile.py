@@ -33,7 +33,18 @@ from pathlib import Path
 
 from autoplace.errors import InputError
 from autoplace.io import read_json
-from autoplace.safe import MAX_BATCH, MAX_GPUS, MAX_LAYERS, check_name, integer, number, one_line, portable_path
+from autoplace.safe import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_PATH,
+    check_name,
+    has_control,
+    integer,
+    number,
+    one_line,
+    portable_path,
+)
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -169,7 +180,7 @@ def _build(cls, d: dict, section: str, where: str):
     unknown = sorted(set(d) - set(fs))
     if unknown:
         raise InputError(f"{where}: {section}.{unknown[0]} is not a known field")
-    d = dict(d)
+    d = {k: _typed(fs[k], v, f"{where}: {section}.{k}") for k, v in d.items()}
     for k, v in d.items():   # JSON has no tuples: restore tuple-typed fields
         f = fs[k]
         if isinstance(v, list) and ("tuple" in str(f.type).lower() or isinstance(f.default, tuple)
@@ -186,6 +197,47 @@ def _build(cls, d: dict, section: str, where: str):
         raise InputError(f"{where}: {section}: {msg}") from None
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+
+
+def _typed(f, v, field: str):
+    """A plan-file value checked against its dataclass field's declared type. Stated domain: every
+    number in a plan file is finite and ≥ 0 (ints at most 2**53), every string one printable line,
+    every list at most MAX_GPUS entries of such numbers; dicts and runtime objects are checked by their
+    own readers."""
+    kinds = {t.strip() for t in str(f.type).split("|")}
+    if v is None:
+        if "None" in kinds or f.default is None:
+            return v
+        raise InputError(f"{field} must not be null")
+    if kinds & {"dict", "object"}:
+        return v
+    if "bool" in kinds:
+        if not isinstance(v, bool):
+            raise InputError(f"{field} must be true or false, got {one_line(repr(v), 40)}")
+        return v
+    if "int" in kinds:
+        return integer(v, field, lo=0, hi=2**53)
+    if "float" in kinds:
+        number(v, field, lo=0.0, hi=1e30)
+        return v                    # as written (an int stays an int: the file round-trips exactly)
+    if "str" in kinds:
+        if field.endswith(".name"):
+            return check_name(v, field)
+        if not isinstance(v, str) or len(v) > MAX_PATH or has_control(v):
+            raise InputError(f"{field} must be one line of text (at most {MAX_PATH} characters), "
+                             f"got {one_line(repr(v), 40)}")
+        return v
+    if "tuple" in kinds:
+        if not isinstance(v, (list, tuple)) or len(v) > MAX_GPUS:
+            raise InputError(f"{field} must be a list (at most {MAX_GPUS:,} entries), got {one_line(repr(v), 40)}")
+        for x in v:
+            for y in (x if isinstance(x, (list, tuple)) else [x]):
+                if isinstance(y, str):
+                    check_name(y, field)
+                else:
+                    integer(y, field, lo=0, hi=2**53)
+        return v
+    return v
 
 
 def _model(d, where):
