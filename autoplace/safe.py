@@ -32,7 +32,7 @@ MAX_WIDTH = 1 << 24
 """Largest hidden / FFN / head count / head dim / vocabulary (16,777,216)."""
 MAX_VOCAB = 1 << 27
 """Largest vocabulary (134,217,728)."""
-MAX_TOP_K = 10_000
+MAX_TOP_K = 1_000
 """Most plans a search lists (--top-k)."""
 MAX_TRIALS = 1_000_000
 """Most trials a sampled search runs (--trials)."""
@@ -247,6 +247,10 @@ def check_cli_numbers(command: str, values: dict) -> None:
     """Check every numeric option of `command` (its keyword arguments) against `CLI_NUMBERS`; the first
     out of its domain is a one-line InputError naming the option and the allowed range."""
     for k, v in values.items():
+        for s in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(s, str) and len(s) > MAX_PATH:
+                raise InputError(f"--{k.replace('_', '-')} is {len(s):,} characters long (at most {MAX_PATH:,}); "
+                                 "give a name or a path")
         dom = CLI_OVERRIDES.get((command, k)) or CLI_NUMBERS.get(k)
         if dom is None or v is None or isinstance(v, (str, list, tuple, bool)):
             continue
