@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 import shlex
@@ -148,6 +149,8 @@ def number(v: object, field: str, *, lo: float | None = None, hi: float | None =
            lo_open: bool = False, fix: str = "") -> float:
     """`v` as a finite float in [lo, hi] (lo exclusive with lo_open); a one-line InputError naming `field`
     otherwise. Strings, booleans, NaN, ±inf and integers beyond float range are refused."""
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float)):
+        v = float(v)                      # numpy scalars
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InputError(f"{field} must be a number, got {one_line(repr(v), 60)}" + (f"; {fix}" if fix else ""))
     try:
@@ -163,6 +166,8 @@ def number(v: object, field: str, *, lo: float | None = None, hi: float | None =
 def integer(v: object, field: str, *, lo: int | None = None, hi: int | None = None, fix: str = "") -> int:
     """`v` as an int in [lo, hi] (a float with an integral value is accepted); a one-line InputError
     naming `field` otherwise."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = int(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InputError(f"{field} must be an integer, got {one_line(repr(v), 60)}" + (f"; {fix}" if fix else ""))
     if isinstance(v, float):

@@ -307,6 +307,21 @@ CLI_OPTS = {
 CLI_BAD = ["-1", "0", "nan", "inf", "-inf", "1e400", str(2**64), str(10**12), "1e9", "2000000000", "-0.5", "x"]
 
 
+def _in_domain(cmd: str, opt: str, val: str) -> bool:
+    """Whether `val` lies in the stated domain of `opt` (the table on the input-safety page)."""
+    from autoplace.safe import CLI_NUMBERS, CLI_OVERRIDES
+    dom = next((d for (c, k), d in CLI_OVERRIDES.items() if c == cmd and d[0] == opt), None) \
+        or next(d for d in CLI_NUMBERS.values() if d[0] == opt)
+    _, lo, hi, is_int, lo_open = dom
+    try:
+        x = float(val)
+    except ValueError:
+        return False
+    if not math.isfinite(x) or (is_int and (x != int(x) or not re.fullmatch(r"-?\d+", val))):
+        return False
+    return (x > lo if lo_open else x >= lo) and x <= hi
+
+
 def cli_case(rng) -> Case:
     cmd = rng.choice(list(CLI_OPTS))
     base, opts = CLI_OPTS[cmd]
@@ -317,13 +332,7 @@ def cli_case(rng) -> Case:
         i = args.index(opt)
         del args[i:i + 2]
     args += [opt, val]
-    in_domain = val in ("1e9",) and opt in ("--memory-headroom",)   # never: everything here is out of domain
-    zero_ok = val == "0" and opt in ("--memory-headroom", "--warmup", "--workers")
-    expect = None if (in_domain or zero_ok) else True
-    if val in ("1e9", str(10**12)) and opt in ("--global-batch-tokens",):
-        expect = None
-    if val == str(10**12) and opt == "--largest-layer":
-        expect = None
+    expect = None if _in_domain(cmd, opt, val) else True
     if cmd == "profile" and expect is None:
         return cli_case(rng)          # never launch real runs from the fuzzer
     return Case("cli", args + (["--json"] if cmd != "profile" else []), expect, bound_s=60.0)
@@ -369,8 +378,17 @@ def name_case(rng) -> Case:
                               "{dir}/emit"], None, files={"cfg.json": json.dumps(cfg)}, canary=True, bound_s=120.0)
 
 
+def sweep_case(rng) -> Case:
+    opt = rng.choice(["--gpus", "--seq-len", "--global-batch", "--tokens", "--price-per-gpu-hour", "--deadline"])
+    val = rng.choice(["nan", "inf", "1e400", "-1", "0", "64..100000000000", "1..1000000:+1", "64,-8", "x", "",
+                      str(2**70), "1e9"])
+    args = ["sweep", "--model", "llama-tiny", "--json"] + (["--gpus", "8"] if opt != "--gpus" else []) + [opt, val]
+    valid = (opt == "--price-per-gpu-hour" and val in ("0", "1e9")) or (opt == "--tokens" and val == "1e9")
+    return Case("sweep", args, None if valid else True, bound_s=60.0, note=f"{opt}={val}")
+
+
 GENERATORS = {"config.json": cfg_case, "hardware": hw_case, "runtime-set": runtime_case, "plan": plan_string_case,
-              "plan.json": plan_json_case, "cli": cli_case, "space": space_case, "file": file_case,
+              "plan.json": plan_json_case, "cli": cli_case, "space": space_case, "file": file_case, "sweep": sweep_case,
               "injection": name_case}
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import fuzzlib  # noqa: E402
 
 FAST = {"config.json": 20, "hardware": 20, "runtime-set": 10, "plan": 20, "plan.json": 20, "cli": 15, "file": 10,
-        "space": 6}
+        "space": 6, "sweep": 8}
 
 
 @pytest.mark.parametrize("kind", list(FAST))
