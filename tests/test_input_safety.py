@@ -227,7 +227,15 @@ def test_triple_quote_in_name_does_not_run_in_torchtitan_modules(tmp_path):
 
 def test_emitted_files_hold_no_absolute_path_of_the_planning_machine(tmp_path):
     hw = dataclasses.replace(HW, source=str(tmp_path / "secret" / "h100.toml"))
-    doc = plan_document(get_preset("13b"), hw, TRAIN, parse_plan("tp=8,pp=1,zero=1,mbs=1"), 64)
+    d = tmp_path / "models" / "my-llama"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 4096}))
+    from autoplace.specs.hf_config import load_hf_config
+    m = load_hf_config(d)
+    doc = plan_document(m, hw, TRAIN, parse_plan("tp=8,pp=1,zero=1,mbs=1"), 64)
+    assert doc["model"]["source"].startswith("hf-config:my-llama/config.json")
     out = tmp_path / "emit"
     write_plan_file(out / "plan.json", doc)
     export_all(doc, ("all",), out)

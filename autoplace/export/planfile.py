@@ -75,7 +75,7 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
     doc = {
         "schema_version": PLAN_SCHEMA_VERSION,
         "generator": {"name": "autoplace", "version": __version__},
-        "model": asdict(model),
+        "model": _portable_model(asdict(model)),
         "cluster": {
             "hardware": hw_d,
             "gpus": world,
@@ -89,6 +89,18 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
         "derived": derived,
     }
     return doc
+
+
+def _portable_model(d: dict) -> dict:
+    """The model section with a config.json source as `folder/config.json`, not the planning machine's
+    absolute path."""
+    src = str(d.get("source", ""))
+    if src.startswith("hf-config:"):
+        path, sep, rest = src[len("hf-config:"):].partition(" (model_type=")
+        if Path(path).is_absolute():
+            p = Path(path)
+            d["source"] = f"hf-config:{p.parent.name + '/' if p.parent.name else ''}{p.name}{sep}{rest}"
+    return d
 
 
 def _training_dict(train) -> dict:

@@ -286,6 +286,8 @@ def check_hardware(hw: HardwareSpec, where: str | None = None) -> HardwareSpec:
     for k, v in hw.peak_flops.items():
         number(v / 1e12 if isinstance(v, (int, float)) and not isinstance(v, bool) else v,
                f"{w}: peak_tflops.{k}", lo=0.0, hi=1e9, lo_open=True, fix="give the dense tensor-core peak in TFLOP/s")
+    if not isinstance(hw.attention_kernels or {}, dict):
+        raise InputError(f"{w}: attention must be a table of kernel efficiencies (flash2, flash3, cudnn, flex)")
     for k, v in (hw.attention_kernels or {}).items():
         number(v, f"{w}: attention.{k}", lo=0.0, hi=1.0, lo_open=True)
     if hw.price_per_gpu_hour is not None:
