@@ -173,6 +173,8 @@ def replace_folder(out: str | Path, files: dict[str, tuple[str, int]], managed: 
     gone. A folder that holds the current directory is updated file by file instead."""
     import shutil
     out = Path(out)
+    if out.is_symlink():                       # replace the folder the link points to, keep the link
+        out = Path(os.path.realpath(out))
     parent = out.parent if str(out.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     old = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
