@@ -127,7 +127,22 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
             "micro_batches": _f(ev["micro_batches"]),
             "interval": _intervals(model, hw, train, "step", _f(ev["step_s"])),
         }
+    _check_costs(doc)
     return doc
+
+
+def _check_costs(doc: dict) -> None:
+    """Every step time, throughput, memory and byte count is finite and ≥ 0 before anyone prints it."""
+    from autoplace.safe import check_finite_costs
+    mem, t = doc["memory"], doc.get("time") or {}
+    vals = {"memory.peak_bytes": mem["peak_bytes"],
+            **{f"memory.stage{s['stage']}.total": s["total"] for s in mem["per_stage"]},
+            **{f"communication.{k}": v for k, v in doc["communication"]["bytes_per_step"].items()}}
+    if t:
+        vals.update({f"time.{k}": t[k] for k in ("step_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu")})
+        vals.update({f"time.breakdown_s.{k}": v for k, v in t["breakdown_s"].items()})
+        t["breakdown_s"] = {k: max(v, 0.0) for k, v in t["breakdown_s"].items()}   # −1e-19 rounding → 0
+    check_finite_costs(vals, "estimate")
 
 
 from autoplace._callable import make_callable  # noqa: E402

@@ -312,7 +312,8 @@ def _coerce(key: str, val: str):
         if typ == "int":
             return int(val)
         if typ == "float":
-            return float(val)
+            from autoplace.safe import number
+            return number(float(val), f"--plan: {key}", lo=0.0, hi=1.0 if key == "offload_fraction" else 1e6)
         if typ == "tuple" and key == "recompute_modules":
             return _recompute_modules(val)
         if typ == "tuple" and key == "omit":

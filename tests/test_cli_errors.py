@@ -13,7 +13,7 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize("args,code,needle", [
-    (["search", "--model", "13b", "--gpus", "10000000"], EXIT_INPUT, "--gpus 10,000,000"),
+    (["search", "--model", "13b", "--gpus", "10000000"], EXIT_INPUT, "--gpus must be ≤ 1,048,576, got 10,000,000"),
     (["search", "--model", "13b", "--gpus", "1000000"], EXIT_INPUT, "give fewer --gpus"),
     (["search", "--model", "13b", "--gpus", "8", "--emit", "/dev/null"], EXIT_INPUT, "--emit: '/dev/null' exists"),
     (["search", "--model", "13b", "--gpus", "8", "--seq-len", "0"], EXIT_INPUT, "--seq-len must be ≥ 1"),

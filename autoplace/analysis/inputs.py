@@ -4,14 +4,20 @@ Each raises `InputError` naming the option and the fix (one line at the CLI)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from autoplace.errors import InputError
+from autoplace.safe import MAX_BATCH, MAX_SEQ_LEN
 
 _NUM = r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"
 _TOKEN_MULT = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _TIME_MULT = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0,
               "day": 86400.0, "days": 86400.0, "w": 7 * 86400.0, "wk": 7 * 86400.0, "weeks": 7 * 86400.0}
+MAX_TOKENS = 1e18
+"""Most tokens a sweep prices (--tokens)."""
+MAX_DURATION_S = 100 * 365 * 86400.0
+"""Longest --deadline."""
 GPU_FIX = "write a range 64..4096 (powers of two), a step 64..4096:x2 or 96..768:+96, or a list 64,128,512"
 
 
@@ -20,8 +26,11 @@ def _int(text: str, field: str) -> int:
         v = float(text)
     except ValueError:
         raise InputError(f"{field}: cannot read '{text}'; {GPU_FIX}") from None
-    if v != int(v) or v < 1:
+    from autoplace.safe import MAX_GPUS
+    if not math.isfinite(v) or v != int(v) or v < 1:
         raise InputError(f"{field}: GPU counts are positive integers, got '{text}'; {GPU_FIX}")
+    if v > MAX_GPUS:
+        raise InputError(f"{field}: {text} GPUs is more than {MAX_GPUS:,}; {GPU_FIX}")
     return int(v)
 
 
@@ -64,6 +73,8 @@ def parse_gpus(text: str, field: str = "--gpus") -> list[int]:
                 n *= k
         elif step.startswith("+"):
             k = _int(step[1:], field)
+            if (hi - lo) // k >= 256:
+                raise InputError(f"{field}: '{item}' gives more than 256 GPU counts; {GPU_FIX}")
             vals = list(range(lo, hi + 1, k))
         else:
             raise InputError(f"{field}: cannot read step '{step}' in '{item}'; {GPU_FIX}")
@@ -84,6 +95,8 @@ def parse_tokens(text: str, field: str = "--tokens") -> float:
     v = float(m.group(1)) * _TOKEN_MULT[m.group(2)]
     if not v > 0:
         raise InputError(f"{field}: must be positive, got '{text}'")
+    if not v <= MAX_TOKENS:
+        raise InputError(f"{field}: at most {MAX_TOKENS:.0e} tokens, got '{text}'")
     return v
 
 
@@ -96,6 +109,8 @@ def parse_duration(text: str, field: str = "--deadline") -> float:
     v = float(m.group(1)) * _TIME_MULT[m.group(2) or "d"]
     if not v > 0:
         raise InputError(f"{field}: must be positive, got '{text}'")
+    if not v <= MAX_DURATION_S:
+        raise InputError(f"{field}: at most 100 years, got '{text}'")
     return v
 
 
@@ -112,6 +127,9 @@ def parse_int_list(text: str | None, field: str) -> list[int | None]:
             raise InputError(f"{field}: cannot read '{item}' in '{text}'; write one integer or a list like 4096,8192") from None
         if v < 1:
             raise InputError(f"{field}: values must be ≥ 1, got {v}")
+        hi = MAX_SEQ_LEN if field == "--seq-len" else MAX_BATCH
+        if v > hi:
+            raise InputError(f"{field}: values must be ≤ {hi:,}, got {v:,}")
         out.append(v)
     return list(dict.fromkeys(out))
 
@@ -139,8 +157,8 @@ def parse_price(text: str | None, field: str = "--price-per-gpu-hour") -> dict:
         except ValueError:
             raise InputError(f"{field}: cannot read '{item}'; write a price like 2.5 or per profile "
                              "b200=5.5,h100-sxm-80gb=3") from None
-        if not v >= 0:
-            raise InputError(f"{field}: prices must be ≥ 0, got {v}")
+        if not 0 <= v <= 1e6:
+            raise InputError(f"{field}: prices must be in 0..1,000,000, got {v}")
         out[name.strip() if eq else None] = v
     return out
 

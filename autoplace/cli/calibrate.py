@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
         raw_name = raw or "calib_raw.json"
         if slurm or nnodes > 1:
             path = Path(slurm or "autoplace-calibrate.sbatch")
-            path.write_text(calibration.slurm_template(nnodes, nproc, backend, out, raw_name, partition, quick=quick))
+            from autoplace.io import atomic_write
+            atomic_write(path, calibration.slurm_template(nnodes, nproc, backend, out, raw_name, partition,
+                                                          quick=quick)).chmod(0o755)
             typer.echo(f"wrote SLURM template {path} (sbatch {path})")
             typer.echo("or run on each node:")
             for line in calibration.torchrun_command_lines(nnodes, nproc, backend, raw_name, rdzv_endpoint, quick=quick):

@@ -19,16 +19,27 @@ from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the lib
 
 
 def cli_errors(fn):
-    """Turn library errors into one line on stderr and the error's exit code — never a traceback."""
+    """Check the command's numeric options (`autoplace.safe.check_cli_numbers`), then turn library
+    errors into one line on stderr (control characters and terminal escapes removed) and the error's
+    exit code — never a traceback."""
+    from autoplace.safe import MAX_PATH, check_cli_numbers, one_line
+
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
+            check_cli_numbers(fn.__name__, kw)
             return fn(*a, **kw)
         except AutoplaceError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {one_line(e, 4000)}", err=True)
             raise typer.Exit(e.exit_code)
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-            typer.echo(f"error: {e.filename}: {e.strerror}", err=True)
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
+            typer.echo(f"error: {one_line(e.filename, 300)}: {e.strerror}", err=True)
+            raise typer.Exit(1)
+        except OSError as e:
+            if e.errno is None or e.strerror is None:
+                raise
+            name = one_line(e.filename, 300) if e.filename and len(str(e.filename)) < MAX_PATH else "a path"
+            typer.echo(f"error: {name}: {e.strerror}", err=True)
             raise typer.Exit(1)
     return wrapper
 

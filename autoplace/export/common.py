@@ -8,9 +8,9 @@ registry of the six launchers is `autoplace.export.registry.LAUNCHERS`.
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import dataclass
 
+from autoplace import safe
 from autoplace.errors import LauncherRefusedError  # noqa: F401  (re-exported)
 
 LAUNCHER_NAMES = ("megatron", "deepspeed", "torchtitan", "accelerate", "torchrun", "slurm")
@@ -51,7 +51,7 @@ class ExportJob:
 
     @property
     def hw_name(self) -> str:
-        return getattr(self.hw, "name", "unknown-gpu")
+        return safe.one_line(getattr(self.hw, "name", "unknown-gpu"))
 
     # ---- batch ---------------------------------------------------------------------------------
     @property
@@ -83,7 +83,7 @@ class ExportJob:
         return self.model.layers // self.plan.pp
 
     def describe(self) -> str:
-        return f"{self.model.name} on {self.world} × {self.hw_name}: {self.plan.short()}"
+        return f"{safe.one_line(self.model.name)} on {self.world} × {self.hw_name}: {self.plan.short()}"
 
 
 def as_job(x) -> ExportJob:
@@ -183,11 +183,12 @@ def header_lines(job: ExportJob, what: str, comment: str = "#") -> list[str]:
             if isinstance(v, (int, float)) and not isinstance(v, bool)][:6]
     if bits:
         lines.append("predicted: " + ", ".join(bits))
-    return [f"{comment} {x}" for x in lines]
+    return [f"{comment} {safe.comment(x)}" for x in lines]
 
 
 def q(s) -> str:
-    return shlex.quote(str(s))
+    """One shell word (`autoplace.safe.shell_word`)."""
+    return safe.shell_word(s)
 
 
 def join_flags(flags: list[tuple[str, object]]) -> str:

@@ -24,11 +24,15 @@ class ExportResult:
     plan_file: str | None = None
     plan: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self, portable: bool = False) -> dict:
+        """The result as JSON; `portable=True` (the manifest written into the folder) gives file names
+        only, never a path of the planning machine."""
         from autoplace.contract import SCHEMA_VERSION
-        return {"schema_version": SCHEMA_VERSION, "out_dir": self.out_dir, "plan": self.plan, "plan_file": self.plan_file,
-                "written": self.written, "refused": self.refused, "notes": self.notes,
-                "removed": self.removed}
+        nm = (lambda p: Path(p).name) if portable else (lambda p: p)  # noqa: E731
+        return {"schema_version": SCHEMA_VERSION, "out_dir": "." if portable else self.out_dir, "plan": self.plan,
+                "plan_file": nm(self.plan_file) if self.plan_file else None,
+                "written": {k: [nm(p) for p in v] for k, v in self.written.items()}, "refused": self.refused,
+                "notes": self.notes, "removed": [nm(p) for p in self.removed]}
 
 
 def module(name: str):
@@ -88,15 +92,23 @@ def emit_files(doc_or_job, launcher: str) -> dict[str, str]:
     return get_launcher(launcher).emit(as_job(doc_or_job))
 
 
-def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
+def managed_files() -> set[str]:
+    """Every file name an export or an emit writes (the rest of a folder is the user's)."""
+    return {f for launcher in LAUNCHERS.values() for f in launcher.files} | {MANIFEST, "plan.json"}
+
+
+def export_all(doc, launchers=("all",), out_dir=".", *, plan_text: str | None = None) -> ExportResult:
     """Write the files of every requested launcher that can express the plan into `out_dir`.
 
-    Each file is written atomically (temp file + rename); scripts are made executable. Launchers
-    that cannot express the plan are listed in `refused` with their reasons, and files a previous
-    export wrote for them are removed so the folder never mixes two plans. An illegal plan raises
+    The folder is replaced as a whole (`autoplace.io.replace_folder`: staging folder + one atomic
+    rename): afterwards it holds this export's files and its `plan.json` (`plan_text`, else the
+    document exported) and
+    the files of its own that autoplace does not write, never files of an earlier plan, and a kill at
+    any moment leaves the old folder or the new one. Scripts are made executable. Launchers that
+    cannot express the plan are listed in `refused` with their reasons. An illegal plan raises
     IllegalPlanError before anything is written. A manifest (`export_manifest.json`) records the
     outcome."""
-    from autoplace.io import atomic_write
+    from autoplace.io import replace_folder
     job = as_job(doc)
     names = resolve_launchers(launchers)
     check_legal(job)
@@ -113,29 +125,25 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
         nts = launcher.notes(job) + common_notes(job)
         if nts:
             res.notes[name] = nts
-    for name, files in pending.items():
-        paths = []
-        for fname, text in files.items():
-            p = atomic_write(out / fname, text)
-            p.chmod(0o755 if fname.endswith((".sh", ".sbatch")) else 0o644)
-            paths.append(str(p))
-        res.written[name] = paths
-        stale = set(LAUNCHERS[name].files) - set(files)
-        for fname in sorted(stale):
-            p = out / fname
-            if p.exists():
-                p.unlink()
-                res.removed.append(str(p))
-    for name in res.refused:
-        for fname in LAUNCHERS[name].files:
-            p = out / fname
-            if p.exists():
-                p.unlink()
-                res.removed.append(str(p))
-    if res.written or res.refused:
-        out.mkdir(parents=True, exist_ok=True)
-        m = atomic_write(out / MANIFEST, json.dumps(res.to_dict(), indent=2) + "\n")
-        m.chmod(0o644)
+    files: dict[str, tuple[str, int]] = {}
+    for name, emitted in pending.items():
+        for fname, text in emitted.items():
+            files[fname] = (text, 0o755 if fname.endswith((".sh", ".sbatch")) else 0o644)
+        res.written[name] = [str(out / f) for f in emitted]
+    if plan_text is None and job.train is not None:       # the folder always says which plan it holds
+        from autoplace.export.planfile import plan_document
+        from autoplace.export.planfile import plan_text as text_of
+        plan_text = text_of(doc if isinstance(doc, dict) else
+                            plan_document(job.model, job.hw, job.train, job.plan, job.world, job.predicted))
+    if plan_text is not None:
+        files["plan.json"] = (plan_text, 0o644)
+        res.plan_file = str(out / "plan.json")
+    if not (files or res.refused):
+        return res
+    old = set(p.name for p in out.iterdir()) if out.is_dir() else set()
+    res.removed = [str(out / n) for n in sorted(old & managed_files() - set(files) - {MANIFEST})]
+    files[MANIFEST] = (json.dumps(res.to_dict(portable=True), indent=2) + "\n", 0o644)
+    replace_folder(out, files, managed_files())
     return res
 
 
@@ -147,13 +155,7 @@ def emit_for_search(doc, out_dir, launchers=("all",)) -> ExportResult:
     predicted={...})``. Refusals are reported in the result (`refused`), never raised, so a search
     still writes its plan file; an unknown launcher name raises InputError (exit 1). The caller
     prints the result (e.g. with `autoplace.cli.export.render_result`)."""
-    from autoplace.export.planfile import write_plan_file
+    from autoplace.export.planfile import plan_text
     out = check_out_dir(out_dir, "--emit")
     names = resolve_launchers(launchers)
-    out.mkdir(parents=True, exist_ok=True)
-    pf = write_plan_file(out / "plan.json", doc)
-    res = export_all(doc, names, out)
-    res.plan_file = str(pf)
-    from autoplace.io import atomic_write
-    atomic_write(out / MANIFEST, json.dumps(res.to_dict(), indent=2) + "\n").chmod(0o644)
-    return res
+    return export_all(doc, names, out, plan_text=plan_text(doc))

@@ -34,6 +34,18 @@ from pathlib import Path
 from autoplace.contract import SCHEMA_VERSION, check_version
 from autoplace.errors import InputError
 from autoplace.io import read_json
+from autoplace.safe import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_PATH,
+    check_name,
+    has_control,
+    integer,
+    number,
+    one_line,
+    portable_path,
+)
 
 PLAN_SCHEMA_VERSION = SCHEMA_VERSION
 """Plan files carry the version every autoplace document carries (`autoplace.contract`)."""
@@ -54,6 +66,8 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
     plan = plan.resolved(world)
     gpn = int(getattr(hw, "gpus_per_node", 0) or 0)
     hw_d = asdict(hw) if hw is not None else None
+    if hw_d is not None:       # the planning machine's folders never go into a shared file
+        hw_d["source"] = portable_path(hw_d.get("source", "builtin"))
     derived = {"dp": plan.dp, "dp_shard": plan.dp_shard,
                "tokens_per_step": train.tokens_per_step}
     if plan.dp and train.global_batch % (plan.mbs * plan.dp) == 0:
@@ -63,7 +77,7 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
     doc = {
         "schema_version": PLAN_SCHEMA_VERSION,
         "generator": {"name": "autoplace", "version": __version__},
-        "model": asdict(model),
+        "model": _portable_model(asdict(model)),
         "cluster": {
             "hardware": hw_d,
             "gpus": world,
@@ -79,6 +93,18 @@ def plan_document(model, hw, train, plan, world: int, predicted: dict | None = N
     return doc
 
 
+def _portable_model(d: dict) -> dict:
+    """The model section with a config.json source as `folder/config.json`, not the planning machine's
+    absolute path."""
+    src = str(d.get("source", ""))
+    if src.startswith("hf-config:"):
+        path, sep, rest = src[len("hf-config:"):].partition(" (model_type=")
+        if Path(path).is_absolute():
+            p = Path(path)
+            d["source"] = f"hf-config:{p.parent.name + '/' if p.parent.name else ''}{p.name}{sep}{rest}"
+    return d
+
+
 def _training_dict(train) -> dict:
     """asdict(train) with the runtime as its name (or TOML path), not the whole RuntimeSpec."""
     d = asdict(train)
@@ -87,20 +113,35 @@ def _training_dict(train) -> dict:
         from autoplace.runtimes import RUNTIME_DIR, load_runtime
         rt = load_runtime(rt)
         src = Path(rt.source)
-        d["runtime"] = rt.name if src.parent == RUNTIME_DIR or rt.source == "builtin" else str(src)
+        d["runtime"] = rt.name if src.parent == RUNTIME_DIR or rt.source == "builtin" else _relative(src)
         from autoplace.runtimes.switches import settings_text
         if rt.overrides:
             d["runtime_set"] = settings_text(rt)      # --runtime-set over the file, re-applied on read
     return d
 
 
+def _relative(p: Path) -> str:
+    """`p` relative to the current folder when under it, else its file name (no absolute path of the
+    planning machine goes into a plan file; keep a custom runtime TOML beside the plan)."""
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return portable_path(p)
+
+
+def plan_text(doc: dict) -> str:
+    """The plan file's text (JSON, two-space indent)."""
+    from autoplace.io import to_jsonable
+    return json.dumps(to_jsonable(doc), indent=2) + "\n"
+
+
 def write_plan_file(path, doc: dict) -> Path:
     """Write the document atomically (temp file + rename); returns the path."""
-    from autoplace.io import atomic_write, to_jsonable
+    from autoplace.io import atomic_write
     p = Path(path)
     if p.is_dir():
         raise InputError(f"plan file '{p}' is a directory; give a file name such as {p / 'plan.json'}")
-    atomic_write(p, json.dumps(to_jsonable(doc), indent=2) + "\n")
+    atomic_write(p, plan_text(doc))
     _chmod_readable(p)
     return p
 
@@ -167,7 +208,7 @@ def _build(cls, d: dict, section: str, where: str):
     unknown = sorted(set(d) - set(fs))
     if unknown:
         raise InputError(f"{where}: {section}.{unknown[0]} is not a known field")
-    d = dict(d)
+    d = {k: _typed(fs[k], v, f"{where}: {section}.{k}") for k, v in d.items()}
     for k, v in d.items():   # JSON has no tuples: restore tuple-typed fields
         f = fs[k]
         if isinstance(v, list) and ("tuple" in str(f.type).lower() or isinstance(f.default, tuple)
@@ -184,6 +225,47 @@ def _build(cls, d: dict, section: str, where: str):
         raise InputError(f"{where}: {section}: {msg}") from None
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+
+
+def _typed(f, v, field: str):
+    """A plan-file value checked against its dataclass field's declared type. Stated domain: every
+    number in a plan file is finite and ≥ 0 (ints at most 2**53), every string one printable line,
+    every list at most MAX_GPUS entries of such numbers; dicts and runtime objects are checked by their
+    own readers."""
+    kinds = {t.strip() for t in str(f.type).split("|")}
+    if v is None:
+        if "None" in kinds or f.default is None:
+            return v
+        raise InputError(f"{field} must not be null")
+    if kinds & {"dict", "object"}:
+        return v
+    if "bool" in kinds:
+        if not isinstance(v, bool):
+            raise InputError(f"{field} must be true or false, got {one_line(repr(v), 40)}")
+        return v
+    if "int" in kinds:
+        return integer(v, field, lo=0, hi=2**53)
+    if "float" in kinds:
+        number(v, field, lo=0.0, hi=1e30)
+        return v                    # as written (an int stays an int: the file round-trips exactly)
+    if "str" in kinds:
+        if field.endswith(".name"):
+            return check_name(v, field)
+        if not isinstance(v, str) or len(v) > MAX_PATH or has_control(v):
+            raise InputError(f"{field} must be one line of text (at most {MAX_PATH} characters), "
+                             f"got {one_line(repr(v), 40)}")
+        return v
+    if "tuple" in kinds:
+        if not isinstance(v, (list, tuple)) or len(v) > MAX_GPUS:
+            raise InputError(f"{field} must be a list (at most {MAX_GPUS:,} entries), got {one_line(repr(v), 40)}")
+        for x in v:
+            for y in (x if isinstance(x, (list, tuple)) else [x]):
+                if isinstance(y, str):
+                    check_name(y, field)
+                else:
+                    integer(y, field, lo=0, hi=2**53)
+        return v
+    return v
 
 
 def _model(d, where):
@@ -213,10 +295,8 @@ def _training(d, where):
 
 
 def _cluster(d, where):
-    from autoplace.specs.hardware import HardwareSpec, load_hardware
-    gpus = d.get("gpus")
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise InputError(f"{where}: cluster.gpus must be a positive integer, got {gpus!r}")
+    from autoplace.specs.hardware import HardwareSpec, check_hardware, load_hardware
+    gpus = integer(d.get("gpus"), f"{where}: cluster.gpus", lo=1, hi=MAX_GPUS)
     hw_d = d.get("hardware")
     if isinstance(hw_d, str):
         hw_d = {"name": hw_d}
@@ -228,7 +308,8 @@ def _cluster(d, where):
     if required <= set(hw_d):
         hw = _build(HardwareSpec, hw_d, "cluster.hardware", where)
     else:
-        ref = hw_d.get("source") if hw_d.get("source") and Path(str(hw_d["source"])).exists() \
+        ref = hw_d.get("source") if hw_d.get("source") and len(str(hw_d["source"])) < 4096 \
+            and Path(str(hw_d["source"])).is_file() \
             else hw_d.get("name")
         try:
             hw = load_hardware(str(ref))
@@ -242,13 +323,12 @@ def _cluster(d, where):
         v = d.get(key)
         if v is None:
             continue
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InputError(f"{where}: cluster.{key} must be a positive integer, got {v!r}")
+        v = integer(v, f"{where}: cluster.{key}", lo=1, hi=MAX_GPUS)
         if v != getattr(hw, key):
             ov[key] = v
     if ov:
         hw = hw.with_(**ov)
-    return gpus, hw
+    return gpus, check_hardware(hw, f"{where}: cluster.hardware")
 
 
 def _plan(d, where, world):
@@ -271,7 +351,13 @@ def _plan(d, where, world):
         if not ok:
             raise InputError(f"{where}: plan.{k} must be a{'n' if t == 'int' else ''} {t}, got {v!r}")
         if t == "float":
-            v = float(v)
+            v = number(v, f"{where}: plan.{k}", lo=0.0, hi=1.0 if k == "offload_fraction" else 1e6)
+        if t == "int":
+            v = integer(v, f"{where}: plan.{k}", lo=0, hi=MAX_BATCH if k == "mbs" else MAX_GPUS)
+        if t == "str":
+            v = check_name(v, f"{where}: plan.{k}", "use a value `autoplace search` writes")
+        if t == "tuple":
+            v = _plan_tuple(k, v, where)
         if k in _PLAN_ENUMS and v not in _PLAN_ENUMS[k]:
             raise InputError(f"{where}: plan.{k} must be one of {', '.join(_PLAN_ENUMS[k])}, got {v!r}")
         kw[k] = v
@@ -299,6 +385,26 @@ def _plan(d, where, world):
         raise InputError(f"{where}: plan.dp_shard={d['dp_shard']} disagrees with dp/dp_replicate = "
                          f"{plan.dp}/{plan.dp_replicate}")
     return plan.resolved(world)
+
+
+def _plan_tuple(k: str, v: list, where: str) -> tuple:
+    """A plan.json list field checked like its `--plan` form: recompute_modules and omit are names,
+    layer_split and stage_recompute non-negative layer counts."""
+    from autoplace.plan import _recompute_modules
+    if len(v) > MAX_GPUS:
+        raise InputError(f"{where}: plan.{k} has {len(v):,} entries (at most {MAX_GPUS:,})")
+    if k in ("recompute_modules", "omit"):
+        if not all(isinstance(x, str) for x in v):
+            raise InputError(f"{where}: plan.{k} must be a list of names, got {one_line(repr(v), 60)}")
+        for x in v:
+            check_name(x, f"{where}: plan.{k}")
+        if k == "recompute_modules":
+            try:
+                return _recompute_modules("+".join(v)) if v else ()
+            except InputError as e:
+                raise InputError(f"{where}: plan.{str(e).removeprefix('--plan: ')}") from None
+        return tuple(v)
+    return tuple(integer(x, f"{where}: plan.{k}[{i}]", lo=0, hi=MAX_LAYERS) for i, x in enumerate(v))
 
 
 def _chmod_readable(p: Path, mode: int = 0o644) -> None:

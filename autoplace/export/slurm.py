@@ -12,8 +12,7 @@ slurm.sbatch``.
 
 from __future__ import annotations
 
-import re
-
+from autoplace import safe
 from autoplace.export import payloads
 from autoplace.export.common import ExportJob, header_lines
 from autoplace.export.launcher import Launcher
@@ -56,7 +55,7 @@ def notes(job) -> list[str]:
 
 def _write(job: ExportJob) -> dict[str, str]:
     names = payloads.available(job)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job.model.name).strip("-").lower() or "job"
+    name = safe.slug(job.model.name)          # an SBATCH directive value: launcher-safe characters only
     g = job.nproc_per_node
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name=autoplace-{name}",

@@ -65,27 +65,82 @@ def _error_lines(text: str, limit: int = 4000) -> str:
     return out[-limit:]
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End torchrun's whole process group: SIGTERM, then SIGKILL for whatever is still alive after
+    `grace_s` (torchrun itself or any worker that outlived it)."""
+    pgid = proc.pid
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
+        proc.poll()
         return
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+    deadline = time.time() + grace_s
+    while time.time() < deadline:
+        proc.poll()
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait()
+    proc.wait()
 
 
-def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str | Path,
-              settings: dict | None = None, hardware=None, plan_timeout_s: float = 300.0,
-              startup_timeout_s: float = 300.0, equivalence: bool = True, tolerance: dict | None = None,
-              env: dict | None = None, workdir: str | Path | None = None, verbose: bool = False,
-              max_launches: int | None = None) -> list[dict]:
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the planning process dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG); torchrun then ends its workers."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):                   # pragma: no cover - not Linux
+        pass
+
+
+class _Terminated(BaseException):
+    """SIGTERM / SIGHUP to the planning process: unwinds run_plans so it ends the torchrun group."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+def _start(argv, errf, penv) -> subprocess.Popen:
+    """torchrun in its own session (process group = its pid), killed with us (`_die_with_parent`)."""
+    return subprocess.Popen(argv, stdout=errf, stderr=subprocess.STDOUT, env=penv, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+
+
+def run_plans(model, plans, nproc: int, **kw) -> list[dict]:
     """Run every plan on `nproc` local ranks; return their records (also appended to out_jsonl).
+
+    torchrun runs in its own process group, which is ended (SIGTERM, then SIGKILL) on every way out:
+    a plan past its timeout, Ctrl-C, SIGTERM or SIGHUP to this process (a `timeout` wrapper, a closed
+    terminal), an exception; the planning process dying outright sends torchrun SIGTERM."""
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    old = {}
+    if main:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        return _run_plans(model, plans, nproc, **kw)
+    except _Terminated as e:
+        raise SystemExit(128 + int(e.args[0])) from None
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str | Path,
+               settings: dict | None = None, hardware=None, plan_timeout_s: float = 300.0,
+               startup_timeout_s: float = 300.0, equivalence: bool = True, tolerance: dict | None = None,
+               env: dict | None = None, workdir: str | Path | None = None, verbose: bool = False,
+               max_launches: int | None = None) -> list[dict]:
+    """See `run_plans`.
 
     model: ModelSpec; plans: list of Plan (dp may be 0 → derived from nproc); settings: seq_len,
     global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see settings.DEFAULTS).
@@ -122,25 +177,29 @@ def run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str
         penv = worker_env(env)
         penv.setdefault("PYTHONUNBUFFERED", "1")
         with open(stderr_path, "w") as errf:
-            proc = subprocess.Popen(argv, stdout=errf, stderr=subprocess.STDOUT, env=penv,
-                                    start_new_session=True)
+            proc = _start(argv, errf, penv)
             t_launch = time.time()
             timed_out = None
-            while proc.poll() is None:
-                time.sleep(0.25)
-                events = read_jsonl(progress)
-                started = [e for e in events if e["event"] == "start"]
-                done = {e["index"] for e in events if e["event"] == "done"}
-                current = started[-1] if started and started[-1]["index"] not in done else None
-                now = time.time()
-                if current is not None and now - current["t"] > plan_timeout_s:
-                    timed_out = current["index"]
-                    _kill(proc)
-                    break
-                if not started and now - t_launch > startup_timeout_s:
-                    timed_out = -1
-                    _kill(proc)
-                    break
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.25)
+                    events = read_jsonl(progress)
+                    started = [e for e in events if e["event"] == "start"]
+                    done = {e["index"] for e in events if e["event"] == "done"}
+                    current = started[-1] if started and started[-1]["index"] not in done else None
+                    now = time.time()
+                    if current is not None and now - current["t"] > plan_timeout_s:
+                        timed_out = current["index"]
+                        _kill(proc)
+                        break
+                    if not started and now - t_launch > startup_timeout_s:
+                        timed_out = -1
+                        _kill(proc)
+                        break
+            except BaseException:        # Ctrl-C, SIGTERM, an error: end the whole torchrun group
+                _kill(proc)
+                raise
+            _kill(proc, grace_s=2.0)       # workers that outlived torchrun (no-op when the group is gone)
         rc = proc.returncode
         events = read_jsonl(progress)
         done = [e["index"] for e in events if e["event"] == "done"]

@@ -35,6 +35,16 @@ def available_runtimes() -> list[str]:
 RUNTIMES = tuple(available_runtimes())
 
 
+_NUMBER_DOMAINS = {   # field → (low, high, low exclusive); the rest: 0 ≤ x ≤ 1e15 (floats), 0..2**40 (ints)
+    "a2a_efficiency": (0.0, 10.0, True),
+    "reserve_frac": (0.0, 10.0, False),
+    "micro_batch": (1, 1 << 30, False),
+    "zero": (0, 3, False),
+    "max_zero_with_pp": (0, 3, False),
+    "offload_min_zero": (0, 3, False),
+}
+
+
 def _coerce(src: str, section: str, f, val):
     """A TOML value for dataclass field `f` (lists → tuples; ints accepted for floats)."""
     default = f.default if f.default is not MISSING else None
@@ -51,14 +61,15 @@ def _coerce(src: str, section: str, f, val):
         if not isinstance(val, list):
             raise InputError(f"{where} must be a list, got {val!r}")
         return tuple(val)
-    if isinstance(default, float):
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise InputError(f"{where} must be a number, got {val!r}")
-        return float(val)
+    from autoplace import safe
+    if isinstance(default, float):        # every runtime number is a non-negative, finite quantity
+        lo, hi, lo_open = _NUMBER_DOMAINS.get(f.name, (0.0, 1e15, False))
+        return safe.number(val, where, lo=lo, hi=hi, lo_open=lo_open)
     if isinstance(default, int):
         if isinstance(val, bool) or not isinstance(val, int):
-            raise InputError(f"{where} must be an integer, got {val!r}")
-        return val
+            raise InputError(f"{where} must be an integer, got {safe.one_line(repr(val), 60)}")
+        lo, hi, _ = _NUMBER_DOMAINS.get(f.name, (0, 2**40, False))
+        return safe.integer(val, where, lo=int(lo), hi=int(hi))
     if isinstance(default, str) or default is None:
         if not isinstance(val, str):
             raise InputError(f"{where} must be a string, got {val!r}")
@@ -120,7 +131,8 @@ ALIASES = {"megatron": "megatron-core", "mcore": "megatron-core", "nemo": "megat
 @lru_cache(maxsize=64)
 def _load(path: str) -> RuntimeSpec:
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        from autoplace.safe import read_text
+        raw = tomllib.loads(read_text(path, "--runtime"))
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"runtime {Path(path).name}: invalid TOML ({str(e).splitlines()[0]})") from None
     return runtime_from_dict(raw, path)

@@ -219,6 +219,8 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
             continue
         for p, s in zip(t.result["plans"], t.result["steps"]):
             ranked.append((p, float(s), t))
+    from autoplace.safe import check_finite_costs  # never rank (or print) a NaN/negative step
+    check_finite_costs({f"step of {p.short()}": s for p, s, _ in ranked}, "search")
     ranked.sort(key=lambda x: x[1])
     seen, uniq = set(), []
     for p, s, t in ranked:

@@ -35,7 +35,16 @@ else:  # pragma: no cover
 
 from autoplace.data import data_dir
 from autoplace.errors import InputError
-from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, modules_code, modules_of
+from autoplace.plan import (
+    MAX_DEGREE,
+    OFFLOAD,
+    RANK_ORDERS,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    modules_code,
+    modules_of,
+)
 
 SPACE_DIR = data_dir("search_spaces")
 DEFAULT_SPACE = "default"
@@ -194,10 +203,16 @@ def _check_keys(src: str, table: dict, valid, what: str, where: str = "") -> Non
                         f"valid: {', '.join(valid)}")
 
 
+_MAX_VALUES = 10_000
+"""Most values one knob lists (bounded work)."""
+
+
 def _as_list(src, key, raw):
     if isinstance(raw, list):
         if not raw:
             raise _err(src, f"knob '{key}' has an empty list")
+        if len(raw) > _MAX_VALUES:
+            raise _err(src, f"knob '{key}' lists {len(raw):,} values (at most {_MAX_VALUES:,})")
         return raw
     return [raw]
 
@@ -222,8 +237,8 @@ def _choice(src: str, key: str, raw, allow=()) -> Choice:
         lo, hi = raw.get("min", 1), raw.get("max")
         step = raw.get("step", 1)
         for name, v in (("min", lo), ("max", hi), ("step", step)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise _err(src, f"knob '{key}': range {name} must be a positive integer, got {v!r}")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_DEGREE):
+                raise _err(src, f"knob '{key}': range {name} must be an integer in 1..{MAX_DEGREE:,}, got {v!r}")
         if hi is not None and hi < lo:
             raise _err(src, f"knob '{key}': range max {hi} < min {lo}")
         return Choice((), lo=lo, hi=hi, pow2=bool(raw.get("pow2", False)), step=step,
@@ -232,8 +247,8 @@ def _choice(src: str, key: str, raw, allow=()) -> Choice:
     for v in _as_list(src, key, raw):
         if isinstance(v, str) and v.strip().lower() in allow:
             vals.append(v.strip().lower())
-        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise _err(src, f"knob '{key}': values must be positive integers"
+        elif isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DEGREE:
+            raise _err(src, f"knob '{key}': values must be integers in 1..{MAX_DEGREE:,}"
                             + (f" or {', '.join(repr(a) for a in allow)}" if allow else "") + f", got {v!r}")
         else:
             vals.append(v)
@@ -321,7 +336,7 @@ def _parse_knob(src: str, key: str, raw):
         for v in _as_list(src, key, raw):
             if isinstance(v, str) and v.strip().lower() in ("pp", "m", "rounds"):
                 out.append(v.strip().lower())
-            elif isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+            elif isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_DEGREE:
                 out.append(v)
             else:
                 raise _err(src, f"knob 'vpp_group': values must be \"pp\", \"m\", \"rounds\" or positive integers, "
@@ -456,7 +471,8 @@ def load_space(name_or_path: str | None = None, _seen: tuple = ()) -> Space:
         return sp.with_(name=key) if key in SPACE_ALIASES else sp
     path = resolve_space_path(name_or_path or DEFAULT_SPACE)
     try:
-        raw = tomllib.loads(path.read_text())
+        from autoplace.safe import read_text
+        raw = tomllib.loads(read_text(path, "--space"))
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"search space {path}: invalid TOML ({str(e).splitlines()[0]})") from None
     except UnicodeDecodeError:

@@ -114,8 +114,8 @@ class HardwareSpec:
     price_per_gpu_hour: float | None = None
     """Rental price per GPU-hour for sweep cost columns (None: no price; profiles label theirs as
     assumptions, `sweep --price-per-gpu-hour` overrides it)."""
-    source: str = "builtin"
-    """Where the profile was read from."""
+    source: str = field(default="builtin", compare=False)
+    """Where the profile was read from (provenance: not part of equality; plan files keep its file name only)."""
     notes: str = ""
     """One line describing the system."""
 
@@ -216,15 +216,17 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
             raise InputError(f"hardware profile {src}: unknown key '{key}'; valid keys: {', '.join(sorted(valid))}")
         else:
             flat[key] = val
+    from autoplace.safe import number
     kw: dict = {}
+    where = f"hardware profile {src}"
     for key, val in flat.items():
         if key == "peak_tflops":
-            kw["peak_flops"] = {k: float(v) * 1e12 for k, v in val.items()}
+            kw["peak_flops"] = {k: number(v, f"{where}: peak_tflops.{k}") * 1e12 for k, v in val.items()}
         elif key == "attention":
-            kw["attention_kernels"] = {k: float(v) for k, v in val.items()}
+            kw["attention_kernels"] = {k: number(v, f"{where}: attention.{k}") for k, v in val.items()}
         elif key in _UNITS:
             name, mult = _UNITS[key]
-            kw[name] = float(val) * mult
+            kw[name] = number(val, f"{where}: {key}") * mult
         else:
             kw[key] = val
     kw.setdefault("source", source)
@@ -232,8 +234,69 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
                 "intra_bw", "intra_latency", "inter_bw", "inter_latency", "host_bw"]
     missing = [r for r in required if r not in kw]
     if missing:
-        raise InputError(f"hardware profile {source}: missing field(s) {', '.join(missing)}")
+        raise InputError(f"hardware profile {src}: missing field(s) {', '.join(missing)}")
     return HardwareSpec(**kw)
+
+
+# ---- domains: every field's allowed values, checked once where a profile is read ------------------
+_BIG = 1e18
+_DOMAINS = {   # field → (TOML key as the user writes it, unit divisor, low, high, low exclusive)
+    "memory_bytes": ("memory_gb", 1e9, 0.0, 1e15, True),
+    "hbm_bw": ("hbm_bw_gbps", 1e9, 0.0, 1e15, True),
+    "intra_bw": ("intra_bw_gbps", 1e9, 0.0, 1e15, True),
+    "inter_bw": ("inter_bw_gbps", 1e9, 0.0, 1e15, True),
+    "host_bw": ("host_bw_gbps", 1e9, 0.0, 1e15, True),
+    "intra_latency": ("intra_latency_us", 1e-6, 0.0, 1.0, False),
+    "inter_latency": ("inter_latency_us", 1e-6, 0.0, 1.0, False),
+    "sustained_factor": ("sustained_factor", 1.0, 0.0, 1.5, True),
+    "gemm_efficiency": ("gemm_efficiency", 1.0, 0.0, 1.0, True),
+    "gemm_efficiency_fp8": ("gemm_efficiency_fp8", 1.0, 0.0, 1.0, False),
+    "gemm_efficiency_fp4": ("gemm_efficiency_fp4", 1.0, 0.0, 1.0, False),
+    "gemm_k_overhead": ("gemm_k_overhead", 1.0, 0.0, 1e6, False),
+    "gemm_k_overhead_fp8": ("gemm_k_overhead_fp8", 1.0, 0.0, 1e6, False),
+    "sfu_exp_per_s": ("sfu_texp_per_s", 1e12, 0.0, _BIG, False),
+    "kernel_overhead_s": ("kernel_overhead_us", 1e-6, 0.0, 1.0, False),
+    "attention_efficiency": ("attention_efficiency", 1.0, 0.0, 1.0, True),
+    "hbm_efficiency": ("hbm_efficiency", 1.0, 0.0, 1.0, True),
+    "nic_efficiency": ("nic_efficiency", 1.0, 0.0, 10.0, True),
+    "gather_rails": ("gather_rails", 1.0, 0.0, 1e3, True),
+    "rs_cost_factor": ("rs_cost_factor", 1.0, 0.0, 100.0, True),
+    "comm_overlap": ("comm_overlap", 1.0, 0.0, 1.0, False),
+    "cpu_adam_params_per_s": ("cpu_adam_gparams_per_s", 1e9, 0.0, _BIG, True),
+    "cuda_context_bytes": ("cuda_context_gib", 2**30, 0.0, 1e15, False),
+    "comm_buffer_bytes": ("comm_buffer_gib", 2**30, 0.0, 1e15, False),
+    "step_overhead_s": ("step_overhead_ms", 1e-3, 0.0, 3600.0, False),
+}
+_INT_DOMAINS = {"gpus_per_node": (1, 1 << 20), "scaleup_domain": (1, 1 << 20), "gemm_tile": (1, 65536),
+                "sm_count": (1, 1 << 20)}
+
+
+def check_hardware(hw: HardwareSpec, where: str | None = None) -> HardwareSpec:
+    """`hw` if every field is in its domain (finite; positive or non-negative; bounded), else a one-line
+    InputError naming the profile key (in the unit the profile writes it) and the allowed range."""
+    from autoplace.safe import MAX_GPUS, check_name, integer, number
+    check_name(hw.name, f"{where or 'hardware profile'}: name")
+    w = where or f"hardware '{hw.name}'"
+    for f, (key, unit, lo, hi, lo_open) in _DOMAINS.items():
+        v = getattr(hw, f)
+        fix = f"set {key} in {lo / unit:g}..{hi / unit:g}" + (" (exclusive of the low end)" if lo_open else "")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            number(v, f"{w}: {key}", fix=fix)
+        number(v / unit, f"{w}: {key}", lo=lo / unit, hi=hi / unit, lo_open=lo_open, fix=fix)
+    for f, (lo, hi) in _INT_DOMAINS.items():
+        integer(getattr(hw, f), f"{w}: {f}", lo=lo, hi=min(hi, MAX_GPUS))
+    if not isinstance(hw.peak_flops, dict) or not hw.peak_flops:
+        raise InputError(f"{w}: peak_tflops must be a table with at least bf16")
+    for k, v in hw.peak_flops.items():
+        number(v / 1e12 if isinstance(v, (int, float)) and not isinstance(v, bool) else v,
+               f"{w}: peak_tflops.{k}", lo=0.0, hi=1e9, lo_open=True, fix="give the dense tensor-core peak in TFLOP/s")
+    if not isinstance(hw.attention_kernels or {}, dict):
+        raise InputError(f"{w}: attention must be a table of kernel efficiencies (flash2, flash3, cudnn, flex)")
+    for k, v in (hw.attention_kernels or {}).items():
+        number(v, f"{w}: attention.{k}", lo=0.0, hi=1.0, lo_open=True)
+    if hw.price_per_gpu_hour is not None:
+        number(hw.price_per_gpu_hour, f"{w}: price_per_gpu_hour", lo=0.0, hi=1e6)
+    return hw
 
 
 def _canon(name: str) -> str:
@@ -322,7 +385,8 @@ def resolve_profile_path(name_or_path: str) -> Path:
 def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> HardwareSpec:
     path = resolve_profile_path(name_or_path)
     try:
-        raw = tomllib.loads(path.read_text())
+        from autoplace.safe import read_text
+        raw = tomllib.loads(read_text(path, "--hardware"))
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"hardware profile {path}: invalid TOML ({e})") from None
     hw = hardware_from_dict(raw, str(path))
@@ -334,17 +398,7 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> Hardware
         hw = hw.with_(**ov)
         if "gpus_per_node" in ov and "scaleup_domain" not in ov and hw.scaleup_domain < hw.gpus_per_node:
             hw = hw.with_(scaleup_domain=hw.gpus_per_node)
-    for f in ("intra_bw", "inter_bw", "hbm_bw", "host_bw"):
-        if not getattr(hw, f) > 0:
-            raise InputError(f"hardware '{hw.name}': {f} must be positive")
-    for f, key, unit in (("sfu_exp_per_s", "sfu_texp_per_s", 1e12), ("gemm_k_overhead", "gemm_k_overhead", 1.0),
-                         ("gemm_k_overhead_fp8", "gemm_k_overhead_fp8", 1.0)):
-        if not getattr(hw, f) >= 0:
-            raise InputError(f"hardware '{hw.name}': {key} must be ≥ 0 (0 = not modelled), "
-                             f"got {getattr(hw, f) / unit:g}")
-    if hw.gpus_per_node < 1 or hw.scaleup_domain < 1 or hw.memory_bytes <= 0:
-        raise InputError(f"hardware '{hw.name}': gpus_per_node, scaleup_domain and memory must be positive")
-    return hw
+    return check_hardware(hw, f"hardware profile {path.name}")
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e[+-]?\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)

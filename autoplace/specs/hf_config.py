@@ -154,12 +154,19 @@ def _read_json(f: Path) -> dict:
 
 
 def _model_name(f: Path, cfg: dict, model_type: str) -> str:
+    """The folder's name, else `_name_or_path`'s last part, else the file stem: as one printable line of
+    at most `safe.MAX_NAME` characters (control characters and terminal escapes become spaces)."""
+    from autoplace.safe import one_line
+    name = ""
     if f.name == "config.json" and f.parent.name not in ("", ".", ".."):
-        return f.parent.name
-    nop = cfg.get("_name_or_path")
-    if isinstance(nop, str) and nop.strip():
-        return nop.strip().rstrip("/").split("/")[-1]
-    return f.stem if f.name != "config.json" else (model_type or "hf-model")
+        name = f.parent.name
+    else:
+        nop = cfg.get("_name_or_path")
+        if isinstance(nop, str) and nop.strip():
+            name = nop.strip().rstrip("/").split("/")[-1]
+    if not name:
+        name = f.stem if f.name != "config.json" else (str(model_type) or "hf-model")
+    return one_line(name).strip() or "hf-model"
 
 
 _DECODER_ONLY = ("autoplace plans decoder-only LM training; pass a decoder's config.json, or "

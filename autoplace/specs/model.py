@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autoplace.errors import InputError
+from autoplace.safe import MAX_WIDTH
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,22 @@ class ModelSpec:
     source: str = "preset"
 
     def __post_init__(self) -> None:
-        for f in ("layers", "hidden", "heads", "vocab", "ffn_hidden"):
+        from autoplace import safe
+        safe.check_name(self.name, "model.name")
+        for f, hi in (("layers", safe.MAX_LAYERS), ("hidden", safe.MAX_WIDTH), ("heads", safe.MAX_WIDTH),
+                      ("vocab", safe.MAX_VOCAB), ("ffn_hidden", safe.MAX_WIDTH)):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise InputError(f"model.{f} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"model.{f} must be a positive integer, got {safe.one_line(repr(v), 40)}")
+            if v > hi:
+                raise InputError(f"model.{f} must be ≤ {hi:,}, got {v:.4g}; check the config")
+        for f in ("kv_heads", "head_dim", "top_k"):
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_WIDTH):
+                raise InputError(f"model.{f} must be an integer in 0..{MAX_WIDTH:,}, got {v!r}")
+        v = self.params_override
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 10**16):
+            raise InputError(f"model.params_override must be a parameter count in 1..1e16, got {v!r}")
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
             raise InputError(
                 f"model.kv_heads={self.kv_heads} must divide heads={self.heads} (GQA groups)")
@@ -116,6 +129,8 @@ class ModelSpec:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InputError(f"model.{f} must be a non-negative integer, got {v!r}")
+            if v > MAX_WIDTH:
+                raise InputError(f"model.{f} must be ≤ {MAX_WIDTH:,}, got {v:.4g}; check the config")
         if isinstance(self.moe_layer_freq, bool) or not isinstance(self.moe_layer_freq, int) \
                 or self.moe_layer_freq < 1:
             raise InputError(f"model.moe_layer_freq must be a positive integer, got {self.moe_layer_freq!r}")

@@ -41,10 +41,10 @@ class TrainingSpec:
                                         # Megatron-Core + TE); its kernels and memory behaviour feed the cost model
 
     def __post_init__(self) -> None:
-        if self.seq_len < 1:
-            raise InputError(f"--seq-len must be ≥ 1, got {self.seq_len}")
-        if self.global_batch < 1:
-            raise InputError(f"--global-batch must be ≥ 1, got {self.global_batch}")
+        from autoplace.safe import MAX_BATCH, MAX_SEQ_LEN, integer
+        integer(self.seq_len, "--seq-len", lo=1, hi=MAX_SEQ_LEN)
+        integer(self.global_batch, "--global-batch", lo=1, hi=MAX_BATCH)
+        integer(self.vocab_divisible_by, "training.vocab_divisible_by", lo=1, hi=1 << 20)
         if self.precision not in PRECISIONS:
             raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.regime not in REGIMES:
