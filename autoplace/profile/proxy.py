@@ -1,0 +1,115 @@
+"""Proxy runs of a candidate plan and the anchored prediction (torch-free: plans and cost math only).
+
+A candidate P trains an L-layer model on W ranks. Its proxy runs on w ≤ W ranks and keeps every
+per-rank shape that decides kernel speed: the TP, CP and EP degrees (within a node), micro-batch,
+sequence, hidden, heads, kv heads, experts per rank, precision and recompute; it trains a few layers
+of one pipeline stage (pp = 1, `layers` of the stage's) and shrinks DP to what is left of w
+(`proxy_of`).
+
+The anchored prediction (`anchored`) keeps the cost model's structure and replaces its per-layer
+terms by the measured ones: the proxy's measured step minus the analytic terms that do not scale
+with the layers' work (exposed DP gradient sync, P2P, optimizer step, offload, fixed overhead) is
+the measured per-layer work; its ratio k to the modelled per-layer work of the proxy (compute,
+recompute, exposed TP/CP/EP traffic) multiplies the same terms of the full plan, and the pipeline
+bubble, which is stage work standing idle, with them. The rest — DP across the full data-parallel
+group, P2P between stages, the optimizer on the full plan's shards — is extrapolated analytically.
+
+    T_anchored(P) = k · (layer terms + bubble)(P) + rest(P),
+    k = (T_measured(proxy) − rest(proxy)) / layer terms(proxy)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LAYER_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm")
+"""Breakdown terms (autoplace.cost.step.BREAKDOWN) the proxy measures: per layer and micro-batch."""
+SCALED_TERMS = LAYER_TERMS + ("pp_bubble",)
+REST_TERMS = ("dp_comm_exposed", "pp_comm", "optimizer", "offload", "overhead")
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """One proxy: the model it trains, its plan, its rank count and its global batch."""
+    model: object
+    plan: object
+    world: int
+    global_batch: int
+    layers: int
+
+    def describe(self) -> str:
+        return f"{self.plan.short()} on {self.world} rank(s), {self.layers} layer(s), batch {self.global_batch}"
+
+
+def proxy_of(model, plan, world: int, w: int, *, layers: int = 1, micro_batches: int | None = None,
+             global_batch: int | None = None) -> Proxy:
+    """The proxy of `plan` (resolved on `world` ranks) on at most `w` ranks.
+
+    TP·CP (and EP inside them) are kept; pp → 1 with `layers` layers (at most one stage's); DP →
+    w // (tp·cp) (at least 1; a plan whose TP·CP exceed w has no proxy: ValueError); micro-batches:
+    `micro_batches` (default: the plan's, so each rank runs the same micro-batches)."""
+    p = plan.resolved(world)
+    inner = p.tp * p.cp
+    if inner > w:
+        raise ValueError(f"plan {p.short()} needs tp·cp = {inner} ranks for one replica; the proxy has {w}")
+    dp = max(1, w // inner)
+    if p.ep > 1 and (dp * p.cp) % p.ep:
+        dp = max(1, (dp // p.ep) * p.ep) if dp >= p.ep else dp
+    stage_layers = max(1, model.layers // max(p.pp * max(p.vpp, 1), 1))
+    L = max(1, min(layers, stage_layers, model.layers))
+    m_full = max(1, (global_batch or 0) // max(p.mbs * p.dp, 1)) if global_batch else 1
+    m = micro_batches or m_full
+    kw = dict(pp=1, vpp=1, dp=dp, dp_replicate=1)
+    if p.schedule == "interleaved":
+        kw["schedule"] = "1f1b"
+    if p.zero == 3 and dp == 1:
+        kw["zero"] = 0
+    if p.ep > 1 and p.ep > dp * p.cp:
+        kw["ep"] = dp * p.cp
+    prox = p.with_(**kw)
+    pm = model.with_(layers=L, name=f"{model.name} (proxy: {L} layer{'s' if L > 1 else ''})")
+    return Proxy(pm, prox, dp * inner, p.mbs * dp * m, L)
+
+
+def _terms(doc) -> tuple[float, float, float, float]:
+    b = doc["time"]["breakdown_s"]
+    layer = sum(b.get(k, 0.0) for k in LAYER_TERMS)
+    bubble = b.get("pp_bubble", 0.0)
+    rest = sum(b.get(k, 0.0) for k in REST_TERMS)
+    return layer, bubble, rest, doc["time"]["step_s"]
+
+
+def anchored(full_doc: dict, proxy_doc: dict, measured_proxy_s: float) -> dict:
+    """{analytic_s, anchored_s, k, ...} from the estimate documents of the plan and of its proxy."""
+    fl, fb, fr, fs = _terms(full_doc)
+    pl, pb, pr, ps = _terms(proxy_doc)
+    # the modelled step may differ from the sum of its terms (overlaps): keep the difference as is
+    f_other = fs - (fl + fb + fr)
+    p_other = ps - (pl + pb + pr)
+    k = max(measured_proxy_s - pr - p_other, 0.05 * measured_proxy_s) / max(pl + pb, 1e-12)
+    return {"analytic_s": fs, "anchored_s": k * (fl + fb) + fr + f_other, "k": k,
+            "proxy_analytic_s": ps, "proxy_measured_s": measured_proxy_s,
+            "layer_share": (fl + fb) / fs if fs else None}
+
+
+def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layers: tuple) -> dict:
+    """Anchored prediction from proxies at two layer counts L1 < L2 (same plan otherwise).
+
+    The measured slope per layer, (T2 − T1)/(L2 − L1), against the modelled slope gives the
+    per-layer correction k (compute, recompute, TP/CP/EP traffic per layer, as measured); the
+    measured intercept T1 − L1·slope against the modelled one gives δ, the measured error of the
+    per-step work outside the layers (embedding, head and loss, optimizer step, fixed overhead)
+    at the proxy's per-rank shapes. The full plan:
+
+        T_anchored = T_model(P) + (k − 1) · (layer terms + bubble)(P) + δ
+    """
+    (d1, d2), (t1, t2), (l1, l2) = proxy_docs, measured, layers
+    s1, s2 = d1["time"]["step_s"], d2["time"]["step_s"]
+    slope_an = (s2 - s1) / (l2 - l1)
+    slope_me = (t2 - t1) / (l2 - l1)
+    k = max(slope_me, 0.05 * slope_an) / slope_an if slope_an > 0 else 1.0
+    delta = (t1 - l1 * slope_me) - (s1 - l1 * slope_an)
+    fl, fb, _fr, fs = _terms(full_doc)
+    return {"analytic_s": fs, "anchored_s": max(fs + (k - 1.0) * (fl + fb) + delta, 1e-9), "k": k,
+            "delta_s": delta, "proxy_analytic_s": [s1, s2], "proxy_measured_s": [t1, t2],
+            "layer_share": (fl + fb) / fs if fs else None}
