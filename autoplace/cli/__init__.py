@@ -54,8 +54,8 @@ def _root() -> None:
 
 def _register() -> None:
     """Every command, explicitly: each module's `register(app)` adds its command(s)."""
-    from autoplace.cli import calibrate, compare, estimate, export, profile, search, sweep, validate
-    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export):
+    from autoplace.cli import calibrate, compare, estimate, export, profile, search, sweep, tune, validate
+    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export, tune):
         mod.register(app)
 
 

@@ -187,7 +187,7 @@ def fit(observations: list[Observation], *, prior_sigma: float = PRIOR_SIGMA,
         raise InputError(f"calibration: runs on several hardware profiles ({', '.join(sorted(hws))}); "
                          "one calibration per hardware — split the logs")
     hw = specs[0][1]
-    runtimes = {getattr(s[2], "runtime", None) for s in specs}
+    runtimes = {getattr(getattr(s[2], "runtime", None), "name", getattr(s[2], "runtime", None)) for s in specs}
     runtime = sorted(str(r) for r in runtimes)[0] if len(runtimes) == 1 else ",".join(sorted(map(str, runtimes)))
     y = np.log([o.step_s for o in observations])
     names = list(TERMS)
