@@ -119,28 +119,23 @@ def register(app: typer.Typer) -> None:
 def _new_config(m, hw, world, seq_len, global_batch, k, proxy_ranks, layers, backend, steps, timeout, log):
     from autoplace.errors import InputError
     from autoplace.profile import tune as T
-    from autoplace.profile.proxy import proxy_of
     from autoplace.profile.report import executed_plan, train_spec
     from autoplace.profile.settings import DEFAULTS
     from autoplace.search import launchers as LS
     log(f"search {m.name} on {world} × {hw.name} (fp32, the runner's precision)")
     outcome = LS.search(m, hw, world, seq_len=seq_len, global_batch=global_batch, precision="fp32",
-                        top_k=max(8 * k, 16))
+                        top_k=256)
     train = outcome.ranked[0][2].train
     settings = dict(DEFAULTS, seq_len=int(train.seq_len), global_batch=int(train.global_batch), steps=steps)
 
     def fits(p):
-        try:
-            proxy_of(m, p, world, proxy_ranks, layers=max(layers), global_batch=int(train.global_batch))
-            return True
-        except ValueError:
-            return False
+        return T.proxy_runnable(m, p, world, proxy_ranks, layers, int(train.global_batch), backend, settings)
 
     ranked = [(p.resolved(world), s) for p, s, _ in outcome.ranked]
     picked = T.pick_candidates(ranked, k, fits)
     if not picked:
-        raise InputError(f"no candidate of the search has a proxy on {proxy_ranks} rank(s) (tp·cp too large); "
-                         "raise --proxy-ranks")
+        raise InputError(f"no candidate of the search has a proxy the runner can run on {proxy_ranks} "
+                         f"{backend} rank(s) (tp·cp too large, or a feature the runner lacks); raise --proxy-ranks")
     from autoplace.estimate import estimate
     cands = []
     for j, i in enumerate(picked):

@@ -93,6 +93,22 @@ def _dist(a, b) -> int:
     return sum(getattr(a, f) != getattr(b, f) for f in DIFF_FIELDS)
 
 
+def proxy_runnable(model, plan, world: int, ranks: int, layers, global_batch: int, backend: str,
+                   settings: dict) -> bool:
+    """The plan has proxies on `ranks` ranks (TP·CP fit) that the plan runner can run here."""
+    from autoplace.profile.capabilities import runner_refusals
+    from autoplace.profile.proxy import proxy_of
+    for L in layers:
+        try:
+            pr = proxy_of(model, plan, world, ranks, layers=L, global_batch=global_batch)
+        except ValueError:
+            return False
+        s = dict(settings, global_batch=pr.global_batch)
+        if runner_refusals(pr.plan.resolved(pr.world), pr.model, s, backend, world=pr.world):
+            return False
+    return True
+
+
 def pick_candidates(ranked: list, k: int, fits, slack: float = 1.5) -> list[int]:
     """Indices into ranked [(plan, step_s)]: the fastest, then the plan within `slack` × the fastest
     step that differs most from those picked (ties: the faster). `fits(plan)`: its proxy can run."""
