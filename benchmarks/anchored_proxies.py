@@ -34,14 +34,10 @@ QUICK = {2: ["zero=0", "tp=2"], 4: ["zero=3", "tp=2,pp=2"]}
 
 def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: int, steps: int,
         seq_len: int, global_batch: int, hardware: str, work: Path) -> list[dict]:
-    from autoplace.estimate import estimate
     from autoplace.plan import parse_plan
     from autoplace.profile.launch import run_plans
-    from autoplace.profile.proxy import anchored_two_point, proxy_of
-    from autoplace.profile.report import executed_plan, train_spec
-    from autoplace.specs.hardware import load_hardware
+    from autoplace.profile.proxy import proxy_of
     from autoplace.specs.presets import get_preset
-    hw = load_hardware(hardware)
     model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
     base = dict(seq_len=seq_len, steps=steps, warmup=1)
     rows = []
@@ -74,14 +70,41 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: 
             row = {"plan": t, "world": W, "proxy": prs[-1].describe(), "status": r["status"],
                    "proxy_status": "ok" if st == ["ok", "ok"] else "/".join(st)}
             if r["status"] == "ok" and row["proxy_status"] == "ok":
-                fdoc = estimate(model, hw, train_spec(s_full, backend, model), executed_plan(p), W)
-                pdocs = tuple(estimate(pr.model, hw, train_spec(dict(base, global_batch=pr.global_batch), backend,
-                                                                 pr.model),
-                                       executed_plan(pr.plan.resolved(pr.world)), pr.world) for pr in prs)
-                a = anchored_two_point(fdoc, pdocs, tuple(x["step_s"] for x in prr), Ls)
-                row.update(measured_s=r["step_s"], **a,
-                           analytic_err=a["analytic_s"] / r["step_s"] - 1, anchored_err=a["anchored_s"] / r["step_s"] - 1)
+                row.update(measured_s=r["step_s"], proxy_measured_s=[x["step_s"] for x in prr])
             rows.append(row)
+    return analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware)
+
+
+def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware) -> list[dict]:
+    """Analytic and anchored predictions for the measured rows (also re-run on a saved JSON)."""
+    from autoplace.estimate import estimate
+    from autoplace.plan import parse_plan
+    from autoplace.profile.proxy import anchored_device, device_scaled, proxy_of
+    from autoplace.profile.report import executed_plan, train_spec
+    from autoplace.profile.settings import DEFAULTS
+    from autoplace.specs.hardware import load_hardware
+    from autoplace.specs.presets import get_preset
+    hw = load_hardware(hardware)
+    model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
+    base = dict(DEFAULTS, seq_len=seq_len)
+    Ls = (1, proxy_layers)
+    for row in rows:
+        if "measured_s" not in row:
+            continue
+        W = row["world"]
+        p = parse_plan(row["plan"]).resolved(W)
+        table = {"full": (model, train_spec(dict(base, global_batch=global_batch), backend, model), executed_plan(p), W)}
+        for j, L in enumerate(Ls):
+            pr = proxy_of(model, p, W, proxy_ranks, layers=L, global_batch=global_batch)
+            table[j] = (pr.model, train_spec(dict(base, global_batch=pr.global_batch), backend, pr.model),
+                        executed_plan(pr.plan.resolved(pr.world)), pr.world)
+
+        def doc_of(which, k, table=table):
+            m, t, q, w = table[which]
+            return estimate(m, device_scaled(hw, k), t, q, w)
+        a = anchored_device(doc_of, (0, 1), tuple(row["proxy_measured_s"]), Ls)
+        row.update(**a, analytic_err=a["analytic_s"] / row["measured_s"] - 1,
+                   anchored_err=a["anchored_s"] / row["measured_s"] - 1)
     return rows
 
 
@@ -113,7 +136,15 @@ def main(argv=None) -> int:
     ap.add_argument("--global-batch", type=int, default=8)
     ap.add_argument("--hardware", default="local-cpu")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "anchored_proxies.json"))
+    ap.add_argument("--from-json", default=None, help="re-analyse the measurements of a saved run; no run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        doc = json.loads(Path(args.from_json).read_text())
+        a = doc["args"]
+        rows = analyse(doc["rows"], a["backend"], a["layers"], a["proxy_layers"], a["proxy_ranks"], a["seq_len"],
+                       a["global_batch"], a["hardware"])
+        print(table(rows))
+        return 0
     with tempfile.TemporaryDirectory(prefix="anchored-") as tmp:
         rows = run(args.backend, QUICK if args.quick else PLANS, args.layers, args.proxy_layers, args.proxy_ranks,
                    args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp))

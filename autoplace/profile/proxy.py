@@ -92,7 +92,27 @@ def anchored(full_doc: dict, proxy_doc: dict, measured_proxy_s: float) -> dict:
             "layer_share": (fl + fb) / fs if fs else None}
 
 
-def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layers: tuple) -> dict:
+def fewer_layers(model, plan) -> int | None:
+    """A layer count below the model's that the plan's stages still divide (about half), or None."""
+    unit = max(1, plan.pp * max(plan.vpp, 1))
+    L2 = (model.layers // 2 // unit) * unit
+    return L2 if unit <= L2 < model.layers else None
+
+
+def layer_part(model_doc_of, model, plan) -> float | None:
+    """The modelled time of the plan's layers on its critical path (bubble included): the model's step
+    is linear in the layer count, so (T(L) − T(L')) · L / (L − L'). `model_doc_of(model)`: the
+    estimate document of the plan for a model. None when no smaller layer count fits the stages."""
+    L2 = fewer_layers(model, plan)
+    if L2 is None:
+        return None
+    t1 = model_doc_of(model)["time"]["step_s"]
+    t2 = model_doc_of(model.with_(layers=L2))["time"]["step_s"]
+    return (t1 - t2) * model.layers / (model.layers - L2)
+
+
+def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layers: tuple,
+                       full_layer_part: float | None = None) -> dict:
     """Anchored prediction from proxies at two layer counts L1 < L2 (same plan otherwise).
 
     The measured slope per layer, (T2 − T1)/(L2 − L1), against the modelled slope gives the
@@ -101,7 +121,11 @@ def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layer
     per-step work outside the layers (embedding, head and loss, optimizer step, fixed overhead)
     at the proxy's per-rank shapes. The full plan:
 
-        T_anchored = T_model(P) + (k − 1) · (layer terms + bubble)(P) + δ
+        T_anchored = T_model(P) + (k − 1) · layers(P) + δ
+
+    layers(P): the modelled time of P's layers on its critical path, pipeline bubble included
+    (`layer_part`; without it, the layer terms and the bubble of the breakdown, which also hold
+    the embedding and head compute).
     """
     (d1, d2), (t1, t2), (l1, l2) = proxy_docs, measured, layers
     s1, s2 = d1["time"]["step_s"], d2["time"]["step_s"]
@@ -110,6 +134,55 @@ def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layer
     k = max(slope_me, 0.05 * slope_an) / slope_an if slope_an > 0 else 1.0
     delta = (t1 - l1 * slope_me) - (s1 - l1 * slope_an)
     fl, fb, _fr, fs = _terms(full_doc)
-    return {"analytic_s": fs, "anchored_s": max(fs + (k - 1.0) * (fl + fb) + delta, 1e-9), "k": k,
+    part = full_layer_part if full_layer_part is not None else fl + fb
+    return {"analytic_s": fs, "anchored_s": max(fs + (k - 1.0) * part + delta, 1e-9), "k": k,
             "delta_s": delta, "proxy_analytic_s": [s1, s2], "proxy_measured_s": [t1, t2],
-            "layer_share": (fl + fb) / fs if fs else None}
+            "layer_share": part / fs if fs else None}
+
+
+def device_scaled(hw, k: float):
+    """The profile of a device k× slower at everything it computes: GEMM and attention rates, memory-
+    bound kernels (hbm_bw) and host time per op; links unchanged."""
+    from autoplace.profile.corrections import apply_terms
+    out = apply_terms(hw, {"gemm": k, "attention": k, "host": k})
+    return out.with_(hbm_bw=hw.hbm_bw / k)
+
+
+def anchored_device(doc_of, proxies: tuple, measured: tuple, layers: tuple, *, iters: int = 40) -> dict:
+    """Anchored prediction that keeps the cost model's overlap logic: find the device speed k at which
+    the modelled per-layer slope of the proxies, (T(L2) − T(L1))/(L2 − L1), equals the measured one
+    (bisection on ln k), take δ = the measured − modelled intercept at that speed (the work outside
+    the layers), and predict the full plan on the k-scaled device:
+
+        T_anchored = T_model(P; device × k) + δ
+
+    doc_of(which, k): the estimate document of `which` ("full", 0 or 1 for the proxies) on the
+    device scaled by k. The DP/PP traffic, the pipeline bubble and how much of the DP traffic the
+    (now measured-speed) compute hides stay the cost model's."""
+    import math
+    (l1, l2), (t1, t2) = layers, measured
+    slope_me = (t2 - t1) / (l2 - l1)
+
+    def slope(k):
+        a, b = doc_of(0, k)["time"]["step_s"], doc_of(1, k)["time"]["step_s"]
+        return (b - a) / (l2 - l1), a
+
+    lo, hi = math.log(1e-3), math.log(1e3)
+    if slope_me <= 0:
+        lnk = lo
+    else:
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            if slope(math.exp(mid))[0] < slope_me:
+                lo = mid
+            else:
+                hi = mid
+        lnk = 0.5 * (lo + hi)
+    k = math.exp(lnk)
+    s_k, a_k = slope(k)
+    delta = (t1 - l1 * slope_me) - (a_k - l1 * s_k)
+    full0 = doc_of("full", 1.0)["time"]["step_s"]
+    full_k = doc_of("full", k)["time"]["step_s"]
+    return {"analytic_s": full0, "anchored_s": max(full_k + delta, 1e-9), "k": k, "delta_s": delta,
+            "proxy_analytic_s": [doc_of(0, 1.0)["time"]["step_s"], doc_of(1, 1.0)["time"]["step_s"]],
+            "proxy_measured_s": [t1, t2]}

@@ -32,7 +32,7 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
     from autoplace.export.planfile import plan_document
     from autoplace.plan import Plan
     from autoplace.profile.launch import run_plans
-    from autoplace.profile.proxy import anchored, anchored_two_point, proxy_of
+    from autoplace.profile.proxy import anchored, anchored_device, device_scaled, proxy_of
     from autoplace.profile.report import executed_plan, measured_peak, train_spec
     from autoplace.specs.hardware import load_hardware
     from autoplace.specs.model import ModelSpec
@@ -42,7 +42,7 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
     plan = Plan.from_dict(cand["plan"]).resolved(cfg.world)
     s_full = dict(cfg.settings)
     layers = sorted(set(int(x) for x in cfg.proxy_layers))
-    proxies, recs, docs, obs = [], [], [], []
+    proxies, recs, docs, obs, jobs = [], [], [], [], []
     for L in layers:
         pr = proxy_of(model, plan, cfg.world, cfg.proxy_ranks, layers=L, global_batch=int(s_full["global_batch"]))
         s = dict(s_full, global_batch=pr.global_batch)
@@ -55,16 +55,22 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
         pplan = executed_plan(pr.plan.resolved(pr.world))
         tr = train_spec(s, cfg.backend, pr.model)
         docs.append(estimate(pr.model, hw, tr, pplan, pr.world))
+        jobs.append((pr.model, tr, pplan, pr.world))
         proxies.append(pr)
         recs.append(rec)
         peak = max((measured_peak(r) or 0) for r in rec["ranks"]) or None
         obs.append({"plan": plan_document(pr.model, hw, tr, pplan, pr.world), "step_s": rec["step_s"],
                     "memory_bytes": peak, "memory_kind": "allocated" if peak else None,
                     "source": f"proxy {pr.describe()}", "framework": "autoplace-runner"})
-    full_doc = estimate(model, hw, train_spec(s_full, cfg.backend, model), executed_plan(plan), cfg.world)
+    full_job = (model, train_spec(s_full, cfg.backend, model), executed_plan(plan), cfg.world)
+    full_doc = estimate(model, hw, full_job[1], full_job[2], cfg.world)
     if len(layers) >= 2:
-        a = anchored_two_point(full_doc, (docs[0], docs[-1]), (recs[0]["step_s"], recs[-1]["step_s"]),
-                               (layers[0], layers[-1]))
+        table = {0: jobs[0], 1: jobs[-1], "full": full_job}
+
+        def doc_of(which, k):
+            m_, t_, p_, w_ = table[which]
+            return estimate(m_, device_scaled(hw, k), t_, p_, w_)
+        a = anchored_device(doc_of, (0, 1), (recs[0]["step_s"], recs[-1]["step_s"]), (layers[0], layers[-1]))
     else:
         a = anchored(full_doc, docs[0], recs[0]["step_s"])
     return {**a, "proxy": proxies[-1].describe(), "observations": obs,
