@@ -56,3 +56,39 @@ def test_anchored_recovers_a_slower_machine(text, world):
     assert a["analytic_s"] == pytest.approx(full["time"]["step_s"])
     assert abs(a["analytic_s"] / truth - 1) > 0.3
     assert a["anchored_s"] == pytest.approx(truth, rel=0.02)
+
+
+def _storages(tmp_path):
+    out = [f"sqlite:///{tmp_path / 'c.db'}", f"journal:{tmp_path / 'c.journal'}"]
+    import os
+    if os.environ.get("AUTOPLACE_TEST_PG_URL"):
+        out.append(os.environ["AUTOPLACE_TEST_PG_URL"])
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_study_contract_every_storage(tmp_path):
+    """One contract over every storage: enqueue per candidate, a dead worker's trial failed with its
+    error, resume re-enqueues only what has no complete trial, up to max_attempts failures."""
+    import uuid
+
+    from optuna.trial import TrialState
+
+    from autoplace.profile import tune as T
+    for url in _storages(tmp_path):
+        st = T.open_study(url, f"contract-{uuid.uuid4().hex[:6]}", 1)
+        assert T.enqueue_pending(st, 2) == [0, 1]
+        assert T.enqueue_pending(st, 2) == []                       # waiting trials are not doubled
+        a, b = st.ask(), st.ask()                                    # two workers take the two trials
+        ia, ib = (t.suggest_categorical("candidate", [0, 1]) for t in (a, b))
+        assert {ia, ib} == {0, 1}
+        st.tell(a, 1.5)
+        T.fail_trial(st, b.number, "worker killed by SIGKILL")
+        ts = st.get_trials()
+        assert [t.state for t in ts] == [TrialState.COMPLETE, TrialState.FAIL], url
+        assert ts[1].user_attrs["error"] == "worker killed by SIGKILL"
+        assert T.enqueue_pending(st, 2, max_attempts=2) == [ib]        # resume: only the failed one
+        c = st.ask()
+        assert c.suggest_categorical("candidate", [0, 1]) == ib
+        T.fail_trial(st, c.number, "again")
+        assert T.enqueue_pending(st, 2, max_attempts=2) == []          # two failures: given up

@@ -32,7 +32,7 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
     from autoplace.export.planfile import plan_document
     from autoplace.plan import Plan
     from autoplace.profile.launch import run_plans
-    from autoplace.profile.proxy import anchored, anchored_device, device_scaled, proxy_of
+    from autoplace.profile.proxy import anchored, anchored_device, device_scaled, proxy_of, robust_step_s
     from autoplace.profile.report import executed_plan, measured_peak, train_spec
     from autoplace.specs.hardware import load_hardware
     from autoplace.specs.model import ModelSpec
@@ -57,6 +57,7 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
         docs.append(estimate(pr.model, hw, tr, pplan, pr.world))
         jobs.append((pr.model, tr, pplan, pr.world))
         proxies.append(pr)
+        rec["step_s"] = robust_step_s(rec)
         recs.append(rec)
         peak = max((measured_peak(r) or 0) for r in rec["ranks"]) or None
         obs.append({"plan": plan_document(pr.model, hw, tr, pplan, pr.world), "step_s": rec["step_s"],
