@@ -8,7 +8,9 @@
 Each plan trains an 8-layer llama-tiny-shaped model (hidden 256, 8 heads, 2 KV heads) on W ranks
 ("measured": per rank the fastest of the timed steps, then the slowest rank — robust to a shared host). Its proxies (autoplace.profile.proxy.proxy_of) train 1 and 3 layers of one
 pipeline stage on 2 ranks with the same TP, micro-batch, micro-batch count, sequence and recompute,
-DP shrunk (autoplace.profile.proxy.anchored_two_point: measured per-layer slope and intercept). The table
+DP shrunk (autoplace.profile.proxy.anchored_device: measured per-layer slope and intercept). On CPU a
+rank is a share of the cores (4 ranks on 2 cores: half a core each), so a proxy of a plan with more
+ranks than cores is pinned to as many cores as its ranks would get in the plan (AUTOPLACE_CPU_SET). The table
 prints the analytic prediction (the profile's numbers, no run), the anchored one (the proxy's
 measured per-layer work, the rest analytic) and their errors against the full-size measurement.
 Results: --out (default benchmarks/results/anchored_proxies.json).
@@ -60,7 +62,7 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: 
                 tag = f"proxy{W}_{L}_{w}_{gb}"
                 prec = run_plans(proxies[L][idx[0]].model, [proxies[L][i].plan for i in idx], w, backend=backend,
                                  settings=dict(base, global_batch=gb), equivalence=False,
-                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag)
+                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag, env=_cpu_share(backend, w, W))
                 for i, r in zip(idx, prec):
                     meas_proxy[(L, i)] = r
         for i, (t, p, r) in enumerate(zip(texts, full, recs)):
@@ -107,6 +109,17 @@ def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_ba
         row.update(**a, analytic_err=a["analytic_s"] / row["measured_s"] - 1,
                    anchored_err=a["anchored_s"] / row["measured_s"] - 1)
     return rows
+
+
+def _cpu_share(backend: str, w: int, W: int) -> dict | None:
+    """On CPU a rank is a share of the cores: W ranks on n cores get n/W each. A proxy of w ranks is
+    pinned to w·n/W cores (at least 1), so that its ranks get the share the plan's ranks get."""
+    import os
+    n = os.cpu_count() or 1
+    if backend != "gloo" or W <= n:
+        return None
+    k = max(1, (w * n) // W)
+    return {"AUTOPLACE_CPU_SET": ",".join(str(c) for c in range(k))}
 
 
 def table(rows: list[dict]) -> str:
