@@ -92,3 +92,12 @@ def test_study_contract_every_storage(tmp_path):
         assert c.suggest_categorical("candidate", [0, 1]) == ib
         T.fail_trial(st, c.number, "again")
         assert T.enqueue_pending(st, 2, max_attempts=2) == []          # two failures: given up
+
+
+def test_sbatch_script_is_a_job_array_of_workers(tmp_path):
+    from autoplace.profile.tune import sbatch_script
+    s = sbatch_script("postgresql://u:p@db/tune", "st", 3, tmp_path, heartbeat_s=5, grace_s=None, timeout_s=600,
+                      partition="gpu", gpus=8)
+    assert "#SBATCH --array=0-2" in s and "#SBATCH --partition=gpu" in s and "#SBATCH --gpus-per-node=8" in s
+    assert "#SBATCH --time=11" in s
+    assert "srun " in s and "-m autoplace.profile.tune_worker --storage postgresql://u:p@db/tune --study st" in s
