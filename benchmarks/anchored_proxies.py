@@ -150,17 +150,23 @@ def main(argv=None) -> int:
     ap.add_argument("--global-batch", type=int, default=8)
     ap.add_argument("--hardware", default="local-cpu")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "anchored_proxies.json"))
-    ap.add_argument("--from-json", default=None, help="re-analyse the measurements of a saved run; no run")
+    ap.add_argument("--from-json", nargs="+", default=None,
+                    help="re-analyse the measurements of saved runs (rows of several files together); no run")
+    ap.add_argument("--worlds", default="2,4", help="rank counts of the full-size plans to run")
     args = ap.parse_args(argv)
     if args.from_json:
-        doc = json.loads(Path(args.from_json).read_text())
-        a = doc["args"]
-        rows = analyse(doc["rows"], a["backend"], a["layers"], a["proxy_layers"], a["proxy_ranks"], a["seq_len"],
-                       a["global_batch"], a["hardware"])
+        rows = []
+        for f in args.from_json:
+            doc = json.loads(Path(f).read_text())
+            a = doc["args"]
+            rows += analyse(doc["rows"], a["backend"], a["layers"], a["proxy_layers"], a["proxy_ranks"], a["seq_len"],
+                            a["global_batch"], a["hardware"])
         print(table(rows))
         return 0
+    worlds = {int(w) for w in args.worlds.split(",")}
     with tempfile.TemporaryDirectory(prefix="anchored-") as tmp:
-        rows = run(args.backend, QUICK if args.quick else PLANS, args.layers, args.proxy_layers, args.proxy_ranks,
+        plans = {w: ts for w, ts in (QUICK if args.quick else PLANS).items() if w in worlds}
+        rows = run(args.backend, plans, args.layers, args.proxy_layers, args.proxy_ranks,
                    args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
