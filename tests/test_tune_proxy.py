@@ -24,6 +24,8 @@ def test_proxy_keeps_per_rank_shapes_and_shrinks_dp():
     # each rank runs the full plan's micro-batches: 64 / (2 · 4) = 8
     assert pr.global_batch == q.mbs * q.dp * 8
     assert proxy_of(MODEL, p, 16, 4, layers=9, global_batch=64).layers == 4          # at most one stage
+    one = proxy_of(MODEL, parse_plan("pp=2").resolved(2), 2, 2, layers=1, global_batch=8)
+    assert (one.plan.dp, one.world) == (1, 1)          # pp → 1 frees a rank: DP does not grow into it
     with pytest.raises(ValueError, match="tp·cp"):
         proxy_of(MODEL, parse_plan("tp=8").resolved(16), 16, 4)
 

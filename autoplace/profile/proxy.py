@@ -46,13 +46,13 @@ def proxy_of(model, plan, world: int, w: int, *, layers: int = 1, micro_batches:
     """The proxy of `plan` (resolved on `world` ranks) on at most `w` ranks.
 
     TP·CP (and EP inside them) are kept; pp → 1 with `layers` layers (at most one stage's); DP →
-    w // (tp·cp) (at least 1; a plan whose TP·CP exceed w has no proxy: ValueError); micro-batches:
+    min(the plan's dp, w // (tp·cp)) (at least 1; a plan whose TP·CP exceed w has no proxy: ValueError); micro-batches:
     `micro_batches` (default: the plan's, so each rank runs the same micro-batches)."""
     p = plan.resolved(world)
     inner = p.tp * p.cp
     if inner > w:
         raise ValueError(f"plan {p.short()} needs tp·cp = {inner} ranks for one replica; the proxy has {w}")
-    dp = max(1, w // inner)
+    dp = max(1, min(p.dp, w // inner))          # DP shrinks, never grows (pp → 1 frees ranks)
     if p.ep > 1 and (dp * p.cp) % p.ep:
         dp = max(1, (dp // p.ep) * p.ep) if dp >= p.ep else dp
     stage_layers = max(1, model.layers // max(p.pp * max(p.vpp, 1), 1))
