@@ -187,12 +187,20 @@ def running_of(study, key: str, value) -> list[int]:
 
 
 # ---- executors ---------------------------------------------------------------------------------
-def _worker_argv(url: str, study: str, workdir: Path, heartbeat_s: int, grace_s: int | None) -> list[str]:
+def _worker_argv(url: str, study: str, workdir: Path, heartbeat_s: int, grace_s: int | None,
+                 trials: list[int] | None = None) -> list[str]:
     argv = [sys.executable, "-m", "autoplace.profile.tune_worker", "--storage", url, "--study", study,
             "--workdir", str(workdir), "--heartbeat", str(heartbeat_s)]
     if grace_s:
         argv += ["--grace", str(grace_s)]
+    if trials:
+        argv += ["--trials", ",".join(map(str, trials))]
     return argv
+
+
+def waiting_numbers(study) -> list[int]:
+    from optuna.trial import TrialState
+    return [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
 
 
 def run_local(study, url: str, n: int, workdir: Path, *, heartbeat_s: int, grace_s: int | None,
@@ -235,7 +243,7 @@ def _tail(p: Path, n: int = 600) -> str:
 
 
 SBATCH = """#!/bin/bash
-# autoplace tune: one array task per candidate trial; each task's worker takes one waiting trial
+# autoplace tune: one array task per candidate trial; task i's worker runs the i-th waiting trial (--trials)
 # from the study and runs its proxies with torchrun on the node it was given.
 #SBATCH --job-name=autoplace-tune
 #SBATCH --array=0-{last}
@@ -250,7 +258,10 @@ srun {argv}
 
 
 def sbatch_script(url: str, study: str, n: int, workdir: Path, *, heartbeat_s: int, grace_s: int | None,
-                  timeout_s: float, partition: str | None = None, gpus: int = 0) -> str:
+                  timeout_s: float, partition: str | None = None, gpus: int = 0,
+                  trials: list[int] | None = None) -> str:
+    """The job array: task i runs waiting trial trials[i] (each task its own trial: SQLite gives no
+    atomic pop of a waiting trial to concurrent workers)."""
     extra = []
     if partition:
         extra.append(f"#SBATCH --partition={partition}")
@@ -260,7 +271,7 @@ def sbatch_script(url: str, study: str, n: int, workdir: Path, *, heartbeat_s: i
     return SBATCH.format(last=n - 1, workdir=workdir.resolve(), minutes=max(1, int(timeout_s // 60) + 1),
                          extra="\n".join(extra), pythonpath=shlex.quote(worker_env()["PYTHONPATH"]),
                          argv=" ".join(shlex.quote(a) for a in
-                                       _worker_argv(url, study, workdir.resolve(), heartbeat_s, grace_s)))
+                                       _worker_argv(url, study, workdir.resolve(), heartbeat_s, grace_s, trials)))
 
 
 def run_slurm(study, url: str, n: int, workdir: Path, *, heartbeat_s: int, grace_s: int | None,
@@ -272,8 +283,10 @@ def run_slurm(study, url: str, n: int, workdir: Path, *, heartbeat_s: int, grace
         if not shutil.which(exe):
             raise InputError(f"--executor slurm: '{exe}' is not on PATH (run where SLURM's client commands are)")
     script = workdir / "tune.sbatch"
+    trials = waiting_numbers(study)
+    n = len(trials)
     script.write_text(sbatch_script(url, study.study_name, n, workdir, heartbeat_s=heartbeat_s, grace_s=grace_s,
-                                    timeout_s=timeout_s, partition=partition, gpus=gpus))
+                                    timeout_s=timeout_s, partition=partition, gpus=gpus, trials=trials))
     r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if r.returncode != 0:
         raise InputError(f"--executor slurm: sbatch failed: {(r.stderr or r.stdout).strip()[:300]}")

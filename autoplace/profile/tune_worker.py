@@ -85,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--heartbeat", type=int, default=10)
     ap.add_argument("--grace", type=int, default=None)
+    ap.add_argument("--trials", default=None, help="comma-separated trial numbers; array task i runs the i-th "
+                    "(SLURM_ARRAY_TASK_ID): concurrent workers never pop the same waiting trial")
     args = ap.parse_args(argv)
     import optuna
     from optuna.trial import TrialState
@@ -122,7 +124,39 @@ def main(argv=None) -> int:
         print(f"candidate {i}: analytic {r['analytic_s']:.4g} s, anchored {r['anchored_s']:.4g} s", file=sys.stderr)
         return r["anchored_s"]
 
+    if args.trials:
+        nums = [int(x) for x in args.trials.split(",")]
+        task = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
+        if task >= len(nums):
+            return 0
+        return _run_assigned(study, nums[task], objective)
     study.optimize(objective, n_trials=1, catch=(Exception,))
+    return 0
+
+
+def _run_assigned(study, number: int, objective) -> int:
+    """Run waiting trial `number` as `Study.optimize` runs a trial: claim it (WAITING → RUNNING, refused
+    if another worker has it), heartbeat while the objective runs, tell COMPLETE or FAIL."""
+    import optuna
+    from optuna.storages._heartbeat import get_heartbeat_thread
+    from optuna.trial import TrialState
+    storage = study._storage
+    ft = study.get_trials(deepcopy=False)[number]
+    if ft.state != TrialState.WAITING or not storage.set_trial_state_values(ft._trial_id, TrialState.RUNNING):
+        print(f"trial {number} is taken", file=sys.stderr)
+        return 0
+    trial = optuna.Trial(study, ft._trial_id)
+    try:
+        with get_heartbeat_thread(trial._trial_id, storage):
+            value = objective(trial)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+        return 0
+    except Exception as e:  # noqa: BLE001 - the trial records the error; the worker ends normally
+        print(f"trial {number} failed: {e}", file=sys.stderr)
+        study.tell(trial, state=TrialState.FAIL)
+        return 0
+    study.tell(trial, value)
     return 0
 
 
