@@ -149,15 +149,22 @@ def config_of(study) -> TuneConfig:
     return TuneConfig(**d)
 
 
+def candidate_of(t) -> int | None:
+    """The candidate a trial measures: its parameter, or (a trial that died before asking) the one it
+    was enqueued with."""
+    i = t.params.get("candidate", (t.system_attrs.get("fixed_params") or {}).get("candidate"))
+    return None if i is None else int(i)
+
+
 def enqueue_pending(study, n_candidates: int, max_attempts: int = 2) -> list[int]:
     """Enqueue one trial per candidate without a COMPLETE, WAITING or RUNNING trial and with fewer than
     `max_attempts` failed ones; the indices enqueued."""
     from optuna.trial import TrialState
     by: dict = {}
     for t in study.get_trials(deepcopy=False):
-        i = t.params.get("candidate", (t.system_attrs.get("fixed_params") or {}).get("candidate"))
+        i = candidate_of(t)
         if i is not None:
-            by.setdefault(int(i), []).append(t.state)
+            by.setdefault(i, []).append(t.state)
     out = []
     for i in range(n_candidates):
         st = by.get(i, [])
@@ -317,7 +324,7 @@ def results(study) -> list[dict]:
     cfg = config_of(study)
     rows = []
     for c in cfg.candidates:
-        ts = [t for t in study.get_trials(deepcopy=False) if t.params.get("candidate") == c["index"]]
+        ts = [t for t in study.get_trials(deepcopy=False) if candidate_of(t) == c["index"]]
         done = [t for t in ts if t.state == TrialState.COMPLETE]
         row = {"index": c["index"], "plan": c["short"], "search_s": c.get("search_s"),
                "analytic_s": c["analytic_s"], "trials": len(ts)}
