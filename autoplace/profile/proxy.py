@@ -6,16 +6,20 @@ sequence, hidden, heads, kv heads, experts per rank, precision and recompute; it
 of one pipeline stage (pp = 1, `layers` of the stage's) and shrinks DP to what is left of w
 (`proxy_of`).
 
-The anchored prediction (`anchored`) keeps the cost model's structure and replaces its per-layer
-terms by the measured ones: the proxy's measured step minus the analytic terms that do not scale
-with the layers' work (exposed DP gradient sync, P2P, optimizer step, offload, fixed overhead) is
-the measured per-layer work; its ratio k to the modelled per-layer work of the proxy (compute,
-recompute, exposed TP/CP/EP traffic) multiplies the same terms of the full plan, and the pipeline
-bubble, which is stage work standing idle, with them. The rest — DP across the full data-parallel
-group, P2P between stages, the optimizer on the full plan's shards — is extrapolated analytically.
+The anchored prediction keeps the cost model's structure and replaces its per-layer terms by the
+measured ones. With proxies at two layer counts (`anchored_device`, what `autoplace tune` and
+benchmarks/anchored_proxies.py use): the measured per-layer slope fixes the device speed k (GEMM,
+attention, memory-bound kernels and host time per op scaled together) at which the model's slope
+matches, the measured intercept gives δ (embedding, head, optimizer, fixed overhead), and
 
-    T_anchored(P) = k · (layer terms + bubble)(P) + rest(P),
-    k = (T_measured(proxy) − rest(proxy)) / layer terms(proxy)
+    T_anchored(P) = T_model(P on the k-scaled device) + δ
+
+so the full plan's DP traffic and how much of it compute hides, P2P, the pipeline bubble and the
+optimizer on the full plan's shards are extrapolated analytically at the measured speed. With one
+proxy (`anchored`): the measured step minus the modelled terms that do not scale with the layers,
+over the modelled layer terms, is a ratio k applied to the full plan's layer terms and bubble:
+
+    T_anchored(P) = k · (layer terms + bubble)(P) + rest(P)
 """
 
 from __future__ import annotations
@@ -97,54 +101,6 @@ def anchored(full_doc: dict, proxy_doc: dict, measured_proxy_s: float) -> dict:
     return {"analytic_s": fs, "anchored_s": k * (fl + fb) + fr + f_other, "k": k,
             "proxy_analytic_s": ps, "proxy_measured_s": measured_proxy_s,
             "layer_share": (fl + fb) / fs if fs else None}
-
-
-def fewer_layers(model, plan) -> int | None:
-    """A layer count below the model's that the plan's stages still divide (about half), or None."""
-    unit = max(1, plan.pp * max(plan.vpp, 1))
-    L2 = (model.layers // 2 // unit) * unit
-    return L2 if unit <= L2 < model.layers else None
-
-
-def layer_part(model_doc_of, model, plan) -> float | None:
-    """The modelled time of the plan's layers on its critical path (bubble included): the model's step
-    is linear in the layer count, so (T(L) − T(L')) · L / (L − L'). `model_doc_of(model)`: the
-    estimate document of the plan for a model. None when no smaller layer count fits the stages."""
-    L2 = fewer_layers(model, plan)
-    if L2 is None:
-        return None
-    t1 = model_doc_of(model)["time"]["step_s"]
-    t2 = model_doc_of(model.with_(layers=L2))["time"]["step_s"]
-    return (t1 - t2) * model.layers / (model.layers - L2)
-
-
-def anchored_two_point(full_doc: dict, proxy_docs: tuple, measured: tuple, layers: tuple,
-                       full_layer_part: float | None = None) -> dict:
-    """Anchored prediction from proxies at two layer counts L1 < L2 (same plan otherwise).
-
-    The measured slope per layer, (T2 − T1)/(L2 − L1), against the modelled slope gives the
-    per-layer correction k (compute, recompute, TP/CP/EP traffic per layer, as measured); the
-    measured intercept T1 − L1·slope against the modelled one gives δ, the measured error of the
-    per-step work outside the layers (embedding, head and loss, optimizer step, fixed overhead)
-    at the proxy's per-rank shapes. The full plan:
-
-        T_anchored = T_model(P) + (k − 1) · layers(P) + δ
-
-    layers(P): the modelled time of P's layers on its critical path, pipeline bubble included
-    (`layer_part`; without it, the layer terms and the bubble of the breakdown, which also hold
-    the embedding and head compute).
-    """
-    (d1, d2), (t1, t2), (l1, l2) = proxy_docs, measured, layers
-    s1, s2 = d1["time"]["step_s"], d2["time"]["step_s"]
-    slope_an = (s2 - s1) / (l2 - l1)
-    slope_me = (t2 - t1) / (l2 - l1)
-    k = max(slope_me, 0.05 * slope_an) / slope_an if slope_an > 0 else 1.0
-    delta = (t1 - l1 * slope_me) - (s1 - l1 * slope_an)
-    fl, fb, _fr, fs = _terms(full_doc)
-    part = full_layer_part if full_layer_part is not None else fl + fb
-    return {"analytic_s": fs, "anchored_s": max(fs + (k - 1.0) * part + delta, 1e-9), "k": k,
-            "delta_s": delta, "proxy_analytic_s": [s1, s2], "proxy_measured_s": [t1, t2],
-            "layer_share": part / fs if fs else None}
 
 
 def device_scaled(hw, k: float):
