@@ -62,8 +62,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     """Every command, explicitly: each module's `register(app)` adds its command(s)."""
-    from autoplace.cli import calibrate, compare, estimate, export, listing, profile, search, sweep, validate
-    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export, listing):
+    from autoplace.cli import calibrate, compare, estimate, export, listing, profile, search, sweep, tune, validate
+    for mod in (estimate, search, sweep, compare, validate, profile, calibrate, export, tune, listing):
         mod.register(app)
 
 

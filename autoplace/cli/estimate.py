@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         gpus: Optional[int] = typer.Option(None, "--gpus", "-n", help="total GPUs (world size); not needed with --plan-file"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml path"),
+        calibration: Optional[str] = typer.Option(None, "--calibration", help="a calibration file (autoplace "
+                                                  "calibrate --from-log / autoplace tune): its corrections apply"),
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
@@ -106,6 +108,9 @@ def register(app: typer.Typer) -> None:
                             moe_capacity_factor=moe_capacity_factor)
         from autoplace.cli.visuals import check_outputs
         check_outputs(plot, report)
+        if calibration:
+            from autoplace.profile.corrections import apply_to_hardware
+            hw = apply_to_hardware(hw, calibration)
         doc = run(m, hw, train, p, world, headroom)
         if as_json:
             print_json(doc)

@@ -199,6 +199,8 @@ def register(app: typer.Typer) -> None:
         gpus: int = typer.Option(..., "--gpus", "-n", help="total GPUs (world size)"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="default: the profile's (8)"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="profile name or .toml (default H100-SXM-80GB)"),
+        calibration: Optional[str] = typer.Option(None, "--calibration", help="a calibration file (autoplace "
+                                                  "calibrate --from-log / autoplace tune): its corrections apply"),
         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="override device memory, e.g. 40GiB"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the runtime's recipe length, else the model's pre-training length"),
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per step"),
@@ -263,6 +265,9 @@ def register(app: typer.Typer) -> None:
         if m.states_only:
             raise InputError("search needs a model shape (--model preset or config.json)")
         hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
+        if calibration:
+            from autoplace.profile.corrections import apply_to_hardware
+            hw = apply_to_hardware(hw, calibration)
         sp = load_space(space)
         conf = _confidence(confidence, runtime, m, hw, headroom)
         if conf:

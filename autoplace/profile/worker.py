@@ -48,6 +48,11 @@ def main(argv=None) -> int:
     ap.add_argument("--job", required=True)
     args = ap.parse_args(argv)
     job = json.loads(Path(args.job).read_text())
+    cpus = os.environ.get("AUTOPLACE_CPU_SET")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        # a CPU proxy of a plan with more ranks than cores: its ranks share as many cores as the plan's
+        # ranks would (benchmarks/anchored_proxies.py)
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 
     import torch
     import torch.distributed as dist

@@ -1,0 +1,178 @@
+#!/usr/bin/env python
+"""Anchored predictions from proxy runs vs the analytic model, against full-size measurements (CPU, gloo).
+
+    python benchmarks/anchored_proxies.py                  # 14 plans at 2 and 4 ranks (a few minutes)
+    python benchmarks/anchored_proxies.py --quick          # 4 plans
+    python benchmarks/anchored_proxies.py --backend nccl   # the same on local GPUs
+
+Each plan trains an 8-layer llama-tiny-shaped model (hidden 256, 8 heads, 2 KV heads) on W ranks
+("measured": per rank the fastest of the timed steps, then the slowest rank — robust to a shared host). Its proxies (autoplace.profile.proxy.proxy_of) train 1 and 3 layers of one
+pipeline stage on 2 ranks with the same TP, micro-batch, micro-batch count, sequence and recompute,
+DP shrunk (autoplace.profile.proxy.anchored_device: measured per-layer slope and intercept). On CPU a
+rank is a share of the cores (4 ranks on 2 cores: half a core each), so a proxy of a plan with more
+ranks than cores is pinned to as many cores as its ranks would get in the plan (AUTOPLACE_CPU_SET). The table
+prints the analytic prediction (the profile's numbers, no run), the anchored one (the proxy's
+measured per-layer work, the rest analytic) and their errors against the full-size measurement.
+Results: --out (default benchmarks/results/anchored_proxies.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PLANS = {2: ["zero=0", "zero=1", "zero=3", "tp=2", "tp=2,sp=1", "pp=2", "zero=0,recompute=full",
+             "tp=2,recompute=full"],
+         4: ["zero=0", "zero=3", "tp=2", "tp=2,sp=1", "pp=2", "tp=2,pp=2"]}
+QUICK = {2: ["zero=0", "tp=2"], 4: ["zero=3", "tp=2,pp=2"]}
+
+
+def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: int, steps: int,
+        seq_len: int, global_batch: int, hardware: str, work: Path) -> list[dict]:
+    from autoplace.plan import parse_plan
+    from autoplace.profile.launch import run_plans
+    from autoplace.profile.proxy import proxy_of, robust_step_s
+    from autoplace.specs.presets import get_preset
+    model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
+    base = dict(seq_len=seq_len, steps=steps, warmup=1)
+    rows = []
+    for W, texts in plans.items():
+        full = [parse_plan(t).resolved(W) for t in texts]
+        s_full = dict(base, global_batch=global_batch)
+        print(f"[full] {len(full)} plans on {W} ranks", file=sys.stderr, flush=True)
+        recs = run_plans(model, full, W, backend=backend, settings=s_full, equivalence=False,
+                         out_jsonl=work / f"full{W}.jsonl", workdir=work / f"full{W}")
+        Ls = (1, proxy_layers)
+        proxies = {L: [proxy_of(model, p, W, proxy_ranks, layers=L, global_batch=global_batch) for p in full]
+                   for L in Ls}
+        meas_proxy: dict = {}
+        for L in Ls:
+            by_gb: dict = {}
+            for i, pr in enumerate(proxies[L]):
+                by_gb.setdefault((pr.world, pr.global_batch), []).append(i)
+            for (w, gb), idx in by_gb.items():
+                print(f"[proxy] {len(idx)} plans, {L} layer(s) on {w} ranks, batch {gb}", file=sys.stderr, flush=True)
+                tag = f"proxy{W}_{L}_{w}_{gb}"
+                prec = run_plans(proxies[L][idx[0]].model, [proxies[L][i].plan for i in idx], w, backend=backend,
+                                 settings=dict(base, global_batch=gb), equivalence=False,
+                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag, env=_cpu_share(backend, w, W))
+                for i, r in zip(idx, prec):
+                    meas_proxy[(L, i)] = r
+        for i, (t, p, r) in enumerate(zip(texts, full, recs)):
+            prs = [proxies[L][i] for L in Ls]
+            prr = [meas_proxy.get((L, i)) for L in Ls]
+            st = [x["status"] if x else "missing" for x in prr]
+            row = {"plan": t, "world": W, "proxy": prs[-1].describe(), "status": r["status"],
+                   "proxy_status": "ok" if st == ["ok", "ok"] else "/".join(st)}
+            if r["status"] == "ok" and row["proxy_status"] == "ok":
+                row.update(measured_s=robust_step_s(r), proxy_measured_s=[robust_step_s(x) for x in prr],
+                           measured_median_s=r["step_s"])
+            rows.append(row)
+    return analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware)
+
+
+def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware) -> list[dict]:
+    """Analytic and anchored predictions for the measured rows (also re-run on a saved JSON)."""
+    from autoplace.estimate import estimate
+    from autoplace.plan import parse_plan
+    from autoplace.profile.proxy import anchored_device, device_scaled, proxy_of
+    from autoplace.profile.report import executed_plan, train_spec
+    from autoplace.profile.settings import DEFAULTS
+    from autoplace.specs.hardware import load_hardware
+    from autoplace.specs.presets import get_preset
+    hw = load_hardware(hardware)
+    model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
+    base = dict(DEFAULTS, seq_len=seq_len)
+    Ls = (1, proxy_layers)
+    for row in rows:
+        if "measured_s" not in row:
+            continue
+        W = row["world"]
+        p = parse_plan(row["plan"]).resolved(W)
+        table = {"full": (model, train_spec(dict(base, global_batch=global_batch), backend, model), executed_plan(p), W)}
+        for j, L in enumerate(Ls):
+            pr = proxy_of(model, p, W, proxy_ranks, layers=L, global_batch=global_batch)
+            table[j] = (pr.model, train_spec(dict(base, global_batch=pr.global_batch), backend, pr.model),
+                        executed_plan(pr.plan.resolved(pr.world)), pr.world)
+
+        def doc_of(which, k, table=table):
+            m, t, q, w = table[which]
+            return estimate(m, device_scaled(hw, k), t, q, w)
+        a = anchored_device(doc_of, (0, 1), tuple(row["proxy_measured_s"]), Ls)
+        row.update(**a, analytic_err=a["analytic_s"] / row["measured_s"] - 1,
+                   anchored_err=a["anchored_s"] / row["measured_s"] - 1)
+    return rows
+
+
+def _cpu_share(backend: str, w: int, W: int) -> dict | None:
+    """On CPU a rank is a share of the cores: W ranks on n cores get n/W each. A proxy of w ranks is
+    pinned to w·n/W cores (at least 1), so that its ranks get the share the plan's ranks get."""
+    import os
+    n = os.cpu_count() or 1
+    if backend != "gloo" or W <= n:
+        return None
+    k = max(1, (w * n) // W)
+    return {"AUTOPLACE_CPU_SET": ",".join(str(c) for c in range(k))}
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| plan | W | proxy | measured s | analytic s (err) | anchored s (err) |", "|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        if "measured_s" not in r:
+            out.append(f"| {r['plan']} | {r['world']} | {r['proxy']} | {r['status']}/{r['proxy_status']} | - | - |")
+            continue
+        out.append(f"| {r['plan']} | {r['world']} | {r['proxy']} | {r['measured_s']:.4f} | {r['analytic_s']:.4f} "
+                   f"({100 * r['analytic_err']:+.1f} %) | {r['anchored_s']:.4f} ({100 * r['anchored_err']:+.1f} %) |")
+    ok = [r for r in rows if "measured_s" in r]
+    if ok:
+        out.append("")
+        out.append(f"{len(ok)} plans: mean |error| analytic {100 * statistics.mean(abs(r['analytic_err']) for r in ok):.1f} %, "
+                   f"anchored {100 * statistics.mean(abs(r['anchored_err']) for r in ok):.1f} %")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--proxy-layers", type=int, default=3, help="the second proxy's layers (the first has 1)")
+    ap.add_argument("--proxy-ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps; each run's step is its fastest (robust_step_s)")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--hardware", default="local-cpu")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "anchored_proxies.json"))
+    ap.add_argument("--from-json", nargs="+", default=None,
+                    help="re-analyse the measurements of saved runs (rows of several files together); no run")
+    ap.add_argument("--worlds", default="2,4", help="rank counts of the full-size plans to run")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        rows = []
+        for f in args.from_json:
+            doc = json.loads(Path(f).read_text())
+            a = doc["args"]
+            rows += analyse(doc["rows"], a["backend"], a["layers"], a["proxy_layers"], a["proxy_ranks"], a["seq_len"],
+                            a["global_batch"], a["hardware"])
+        print(table(rows))
+        return 0
+    worlds = {int(w) for w in args.worlds.split(",")}
+    with tempfile.TemporaryDirectory(prefix="anchored-") as tmp:
+        plans = {w: ts for w, ts in (QUICK if args.quick else PLANS).items() if w in worlds}
+        rows = run(args.backend, plans, args.layers, args.proxy_layers, args.proxy_ranks,
+                   args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
