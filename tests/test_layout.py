@@ -46,7 +46,7 @@ def test_every_command_module_is_registered():
     modules = sorted(p.stem for p in (PKG / "cli").glob("*.py")
                      if "def register(" in p.read_text(encoding="utf-8"))
     assert modules == ["calibrate", "compare", "estimate", "export", "listing", "profile", "search", "sweep",
-                       "validate"]
+                       "tune", "validate"]
     assert sorted(get_command(app).commands) == sorted({"listing": "list"}.get(m, m) for m in modules)
 
 
