@@ -139,20 +139,41 @@ def export_all(doc, launchers=("all",), out_dir=".") -> ExportResult:
     return res
 
 
-def emit_for_search(doc, out_dir, launchers=("all",)) -> ExportResult:
+def emit_for_search(doc, out_dir, launchers=("all",), per_launcher: dict | None = None) -> ExportResult:
     """For `autoplace search ... --emit DIR [--launcher L ...]`: write DIR/plan.json and the files
     of each requested launcher for the winning plan.
 
     `doc` is the winner's plan document, ``plan_document(model, hw, train, best_plan, gpus,
     predicted={...})``. Refusals are reported in the result (`refused`), never raised, so a search
     still writes its plan file; an unknown launcher name raises InputError (exit 1). The caller
-    prints the result (e.g. with `autoplace.cli.export.render_result`)."""
+    prints the result (e.g. with `autoplace.cli.export.render_result`).
+
+    per_launcher: launcher → the plan document priced under that launcher's own runtime (its files
+    carry those numbers), or a list of reasons it does not run the plan (refused, stale files
+    removed); launchers not in it get `doc`."""
     from autoplace.export.planfile import write_plan_file
     out = check_out_dir(out_dir, "--emit")
     names = resolve_launchers(launchers)
     out.mkdir(parents=True, exist_ok=True)
     pf = write_plan_file(out / "plan.json", doc)
-    res = export_all(doc, names, out)
+    if per_launcher is None:
+        res = export_all(doc, names, out)
+    else:
+        res = ExportResult(out_dir=str(out), plan=as_job(doc).plan.short())
+        for n in names:
+            d = per_launcher.get(n, doc)
+            if isinstance(d, list):
+                res.refused[n] = d
+                for fname in LAUNCHERS[n].files:
+                    p = out / fname
+                    if p.exists():
+                        p.unlink()
+                        res.removed.append(str(p))
+                continue
+            r = export_all(d, [n], out)
+            for k in ("written", "refused", "notes"):
+                getattr(res, k).update(getattr(r, k))
+            res.removed += r.removed
     res.plan_file = str(pf)
     from autoplace.io import atomic_write
     atomic_write(out / MANIFEST, json.dumps(res.to_dict(), indent=2) + "\n").chmod(0o644)

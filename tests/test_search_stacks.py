@@ -1,0 +1,77 @@
+"""The headline plan is one a real training stack runs, priced as that stack runs it.
+
+The default search is one constrained search per training stack (megatron, deepspeed, torchtitan,
+accelerate), each under its own runtime and memory model; the #1 row's step time and peak memory are
+exactly those of `search --launcher L` for the stack L that priced it, and its "runs on" lists only
+stacks whose own model says it fits. The whole grid (presets × 8/64/256/1024 GPUs) is
+`benchmarks/stack_headline.py`; CI checks a few cells."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autoplace.cli import app
+
+runner = CliRunner()
+STACK_NAMES = ("megatron", "deepspeed", "torchtitan", "accelerate")
+
+
+def _json(args):
+    r = runner.invoke(app, args + ["--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("model,gpus,hw", [("13b", 64, "h100-sxm-80gb"), ("mixtral-8x7b", 8, "b200"),
+                                           ("llama3-8b", 256, "h100-sxm-80gb")])
+def test_headline_is_a_stack_plan_with_that_stacks_numbers(model, gpus, hw):
+    base = ["search", "-m", model, "-n", str(gpus), "--hardware", hw, "--top-k", "2"]
+    d = _json(base)
+    top = d["plans"][0]
+    L = top["search"]["launcher"]
+    assert L in STACK_NAMES and top["runs_on"] and L in top["runs_on"]
+    assert set(top["runs_on"]) <= set(STACK_NAMES)          # torchrun / slurm are not stacks
+    own = _json(base[:-2] + ["--top-k", "1", "--launcher", L])["plans"][0]
+    assert own["plan"] == top["plan"]
+    assert own["time"]["step_s"] == top["time"]["step_s"]
+    assert own["memory"]["peak_bytes"] == top["memory"]["peak_bytes"]
+    rows = {r["launcher"]: r for r in top["stacks"]}
+    assert rows[L]["step_s"] == top["time"]["step_s"] and rows[L]["peak_bytes"] == top["memory"]["peak_bytes"]
+    for r in top["stacks"]:     # "runs on" = the stacks whose own model says the plan fits
+        assert r["runs"] == (r["launcher"] in top["runs_on"])
+        if r["runs"]:
+            assert r["peak_bytes"] <= r["limit_bytes"]
+    # every search of the default is a real stack's, under its own runtime
+    assert {(s["launcher"], s["runtime"]) for s in d["searches"]} == {
+        ("megatron", "megatron-core"), ("deepspeed", "deepspeed"), ("torchtitan", "torchtitan"),
+        ("accelerate", "accelerate")}
+
+
+def test_idealised_physics_stays_an_explicit_runtime():
+    d = _json(["search", "-m", "13b", "-n", "64", "--top-k", "1", "--runtime", "default-kernels"])
+    assert d["searches"] == [{"launcher": None, "runtime": None, "runtime_set": [], "rules": [],
+                              "stats": d["searches"][0]["stats"], "error": None}]
+    r = runner.invoke(app, ["search", "-m", "13b", "-n", "64", "--runtime", "default-kernels", "-l", "megatron"])
+    assert r.exit_code == 1 and "idealised physics" in r.output and "Traceback" not in r.output
+
+
+def test_emit_writes_each_stack_with_its_own_numbers(tmp_path):
+    """--emit: plan.json carries the winner's stack numbers; each stack's files carry its own
+    runtime's (or the stack is refused with the reason its model gives); -l torchrun alone writes
+    the stack files its script starts."""
+    out = tmp_path / "e"
+    r = runner.invoke(app, ["search", "-m", "llama-tiny", "-n", "8", "--top-k", "1", "--emit", str(out),
+                            "-l", "torchrun"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((out / "export_manifest.json").read_text())
+    assert "torchrun" in man["written"]
+    stacks = [n for n in man["written"] if n in STACK_NAMES]
+    assert stacks, man
+    text = (out / "torchrun.sh").read_text()
+    for n, f in (("megatron", "megatron_env.sh"), ("deepspeed", "ds_config.json"),
+                 ("torchtitan", "torchtitan_job.toml")):
+        if f in text and f'  {n})' in text:
+            assert (out / f).exists() or n in man["refused"], (n, f)
