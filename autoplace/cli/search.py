@@ -113,9 +113,10 @@ def header_line(model, d0, outcome, space_name) -> str:
     else:
         who = "default kernels (idealised physics, what-if; no stack's rules), any launcher"
     hwn = f" ({outcome.hw_note})" if getattr(outcome, "hw_note", "") else ""
+    ana = f"\n[yellow]{model.analogy}[/]" if getattr(model, "analogy", "") else ""
     return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']}{hwn} · "
             f"{outcome.seq_note} · global batch {tr['global_batch']} · {tr['precision']} · {who} · "
-            f"space [bold]{space_name}[/]")
+            f"space [bold]{space_name}[/]" + ana)
 
 
 def render(result, docs, train_note, space, explain: bool, console, outcome=None, model=None,
