@@ -165,6 +165,8 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
                           f"  [dim]({tg.runtime.name})[/]")
             else:
                 con.print(f"  {n:<10} [red]{v}[/]")
+    if outcome is not None and getattr(outcome, "robust_note", ""):
+        con.print(f"[yellow]{outcome.robust_note}[/]")
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
@@ -330,6 +332,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             doc = {"schema_version": SCHEMA_VERSION, "plans": docs, "stats": _stats_json(stats, train_note),
                    "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
+                   "robust_note": outcome.robust_note,
                    "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
                                  "runtime_set": settings_text(t.runtime) if t.runtime else [],
                                  "rules": [r.id for r in t.rules],

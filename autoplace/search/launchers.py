@@ -27,6 +27,16 @@ from dataclasses import dataclass, field
 
 from autoplace.errors import AutoplaceError, InputError, LauncherRefusedError, NoFeasiblePlanError
 
+ROBUST_BAND = 0.005
+"""Plans within 0.5 % of the fastest are ties under the model's uncertainty (a stated band until
+prediction intervals land): among them the simpler plan is ranked first (`simplicity`)."""
+ROBUST_K = 8
+"""Plans each search keeps (at least) so the robust choice sees the band around the fastest."""
+CP_MIN_SEQ = 16384
+"""Context parallelism below this sequence length counts as a complication: the stacks' recipes
+use CP for long-context training (Llama 3 405B: CP only in the long-context stage, Dubey et al.
+2024 §3.3.2; Megatron-Bridge recipes: CP at ≥ 32K)."""
+
 IDEAL_RUNTIME = "default-kernels"
 """`--runtime default-kernels`: the idealised physics no stack runs (what-if questions)."""
 
@@ -64,6 +74,7 @@ class Outcome:
     train_note: str = ""
     seq_note: str = ""
     families: list = field(default_factory=list)          # --diverse: the family of each ranked plan
+    robust_note: str = ""                                 # set when a simpler plan within the band went first
     stack_trains: dict = field(default_factory=dict)    # stack launcher → (TrainingSpec, Target) it prices under
     union: bool = False                                   # the default: one search per training stack
 
@@ -254,9 +265,10 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
             raise InputError(f"--global-batch-tokens must be ≥ 1, got {tokens}")
         B, note = default_global_batch(seq, world, tokens)
     out = Outcome(targets, train_note=note, seq_note=seq_note, union=union)
+    k_run = top_k if families else max(top_k, ROBUST_K)     # candidates for the robust choice
     for t in targets:
         prepare(t, model, hw, build_train(model, t, seq, B, precision, regime, fp8_recipe), space, space_explicit)
-        run_target(t, model, hw, world, method=method, top_k=top_k, headroom=headroom, trials=trials,
+        run_target(t, model, hw, world, method=method, top_k=k_run, headroom=headroom, trials=trials,
                    workers=workers, progress=progress, families=families)
     ranked = []
     for t in targets:
@@ -267,6 +279,8 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
         else:
             ranked += [(p, float(s), t, None) for p, s in zip(t.result["plans"], t.result["steps"])]
     ranked.sort(key=lambda x: x[1])
+    if not families:
+        ranked, out.robust_note = prefer_simple(ranked, hw, seq)
     seen, uniq = set(), []
     for p, s, t, f in ranked:
         key = f if families else p
@@ -286,8 +300,12 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
             if len(targets) > 1:
                 head = ("no training stack runs a plan that fits (--runtime default-kernels for the idealised "
                         "what-if): " if union else "")
+                near = [t for t in targets if isinstance(t.error, NoFeasiblePlanError)
+                        and (getattr(t.error, "result", None) or {}).get("closest") is not None]
+                near.sort(key=lambda t: t.error.result.get("closest_ratio", float("inf")))
                 e = NoFeasiblePlanError(head + "; ".join(f"{t.launcher}: {t.error}" for t in targets if t.error))
-                e.result = None
+                e.result = near[0].error.result if near else None     # the stack that came closest
+                e.train = near[0].train if near else None
             raise e
     out.stack_trains = stack_trains(model, targets, seq, B, precision, regime, fp8_recipe, runtime_set)
     if union:
@@ -302,6 +320,43 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
                                                   headroom=headroom, trials=trials, workers=workers,
                                                   runtime_set=runtime_set, fp8_recipe=fp8_recipe)
     return out
+
+
+def simplicity(plan, hw, seq: int) -> tuple:
+    """Complications of a plan, fewest first: TP across the NVLink domain, CP below CP_MIN_SEQ, then
+    the number of parallel dimensions used (TP, PP, CP, EP, HSDP replication)."""
+    dom = int(getattr(hw, "scaleup_domain", 0) or getattr(hw, "gpus_per_node", 8) or 8)
+    cross_tp = int(max(plan.tp, plan.t_exp if plan.ep > 1 else 1) > dom)
+    short_cp = int(plan.cp > 1 and seq < CP_MIN_SEQ)
+    dims = sum(int(x > 1) for x in (plan.tp, plan.pp, plan.cp, plan.ep, plan.dp_replicate))
+    return cross_tp, short_cp, dims
+
+
+def _why_simpler(a, b, hw, seq) -> str:
+    sa, sb = simplicity(a, hw, seq), simplicity(b, hw, seq)
+    if sa[0] < sb[0]:
+        return "no TP across the NVLink domain"
+    if sa[1] < sb[1]:
+        return f"no context parallelism at seq {seq} < {CP_MIN_SEQ:,}"
+    return f"{sa[2]} parallel dimensions instead of {sb[2]}"
+
+
+def prefer_simple(ranked: list, hw, seq: int, band: float = ROBUST_BAND) -> tuple[list, str]:
+    """ranked [(plan, step, target, family)] fastest first → the same list with the plans within
+    `band` of the fastest ordered by (simplicity, step), and a note when the first plan changed."""
+    if len(ranked) < 2:
+        return ranked, ""
+    s0 = ranked[0][1]
+    inside = [r for r in ranked if r[1] <= s0 * (1 + band)]
+    rest = ranked[len(inside):]
+    inside2 = sorted(inside, key=lambda r: (simplicity(r[0], hw, seq), r[1]))
+    note = ""
+    if inside2[0] is not ranked[0]:
+        a, b = inside2[0], ranked[0]
+        note = (f"#1 is a simpler plan within {band:.1%} of the fastest ({a[1]:.4g} s vs {b[1]:.4g} s, "
+                f"+{a[1] / b[1] - 1:.2%}, inside the model's uncertainty): {_why_simpler(a[0], b[0], hw, seq)}; "
+                f"the fastest, {b[0].short()}, is listed below")
+    return inside2 + rest, note
 
 
 def stack_trains(model, targets, seq, B, precision, regime, fp8_recipe, runtime_set=()) -> dict:
