@@ -80,3 +80,25 @@ def test_headline_property_on_a_dense_preset_at_64():
     """The library check the benchmark runs over every preset × 8/64/256/1024 GPUs."""
     from autoplace.search.grid_check import headline_problems
     assert headline_problems("gpt-1.7b", 64) == []
+
+
+def test_robust_choice_prefers_the_simpler_plan_inside_the_band():
+    """Within 0.5 % of the fastest, fewer complications first (TP inside the NVLink domain, no CP
+    below 16K tokens, fewer parallel dimensions); the note says so; outside the band, step order."""
+    from autoplace.plan import parse_plan
+    from autoplace.search.launchers import prefer_simple, simplicity
+    from autoplace.specs.hardware import load_hardware
+    hw = load_hardware("h100-sxm-80gb")
+    fast = parse_plan("tp=16,sp=1,zero=1,mbs=1")          # TP across two 8-GPU NVLink domains
+    cp = parse_plan("tp=2,cp=4,sp=1,zero=1,mbs=1")        # CP at 4K
+    plain = parse_plan("tp=8,sp=1,zero=1,mbs=1")
+    slow = parse_plan("zero=3,mbs=1")
+    assert simplicity(fast, hw, 4096) == (1, 0, 1) and simplicity(cp, hw, 4096) == (0, 1, 2)
+    assert simplicity(cp, hw, 32768) == (0, 0, 2) and simplicity(plain, hw, 4096) == (0, 0, 1)
+    ranked = [(fast, 1.000, None, None), (cp, 1.001, None, None), (plain, 1.004, None, None),
+              (slow, 1.006, None, None)]
+    out, note = prefer_simple(ranked, hw, 4096)
+    assert [r[0] for r in out] == [plain, cp, fast, slow]
+    assert "within 0.5%" in note and "+0.40%" in note and "no TP across the NVLink domain" in note
+    out, note = prefer_simple([(fast, 1.0, None, None), (plain, 1.006, None, None)], hw, 4096)
+    assert [r[0] for r in out] == [fast, plain] and note == ""

@@ -140,10 +140,20 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         t.add_column(col, justify=just, no_wrap=col != "runs on", min_width=len(col),
                      overflow="fold" if col == "runs on" else "ellipsis")
     from autoplace.plan import Plan
+    shown: dict = {}
     for i, d in enumerate(docs):
         p = Plan.from_dict(d["plan"])
         tm, mem = d["time"], d["memory"]
-        t.add_row(str(i + 1), *((families[i],) if families else ()), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
+        cells = (_degrees(p), _zero(p), p.sp, _recompute(p), p.mbs, _schedule(p), p.tp_overlap,
+                 step_str(tm["step_s"]))
+        deg = _degrees(p)
+        if cells in shown:      # prints like an earlier row: show what differs (rank order, overlap …)
+            j, dj = shown[cells]
+            diff = [f"{k}={v}" for k, v in d["plan"].items() if dj["plan"].get(k) != v]
+            deg += f" [dim](≠#{j + 1}: {', '.join(diff[:3]) or 'same plan'})[/]"
+        else:
+            shown[cells] = (i, d)
+        t.add_row(str(i + 1), *((families[i],) if families else ()), deg, _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
                   _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), step_str(tm['step_s']),
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
                   f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",

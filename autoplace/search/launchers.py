@@ -279,7 +279,10 @@ def search(model, hw, world, *, launchers=None, runtime=None, seq_len=None, glob
         else:
             ranked += [(p, float(s), t, None) for p, s in zip(t.result["plans"], t.result["steps"])]
     ranked.sort(key=lambda x: x[1])
-    if not families:
+    if not families and ranked:
+        ranked += simpler_alternative(ranked[0], model, hw, world, seq, method=method, headroom=headroom,
+                                      trials=trials, workers=workers)
+        ranked.sort(key=lambda x: x[1])
         ranked, out.robust_note = prefer_simple(ranked, hw, seq)
     seen, uniq = set(), []
     for p, s, t, f in ranked:
@@ -339,6 +342,32 @@ def _why_simpler(a, b, hw, seq) -> str:
     if sa[1] < sb[1]:
         return f"no context parallelism at seq {seq} < {CP_MIN_SEQ:,}"
     return f"{sa[2]} parallel dimensions instead of {sb[2]}"
+
+
+def simpler_alternative(first, model, hw, world, seq, *, method, headroom, trials, workers) -> list:
+    """When the fastest plan has TP across the NVLink domain or CP below CP_MIN_SEQ, the best plan of
+    the same search without them (its winner, [(plan, step, target, None)]), so the robust choice
+    can weigh it even when it ranks below the search's top-k."""
+    from dataclasses import replace as dc_replace
+
+    from autoplace.search.space import Choice
+    p, _, t, _ = first
+    cross_tp, short_cp, _ = simplicity(p, hw, seq)
+    if not (cross_tp or short_cp) or t.space is None:
+        return []
+    sp = t.space
+    if short_cp:
+        sp = sp.with_(cp=Choice((1,)))
+    if cross_tp:
+        dom = int(getattr(hw, "scaleup_domain", 0) or 8)
+        tp = sp.tp
+        sp = sp.with_(tp=Choice(tuple(v for v in tp.values if isinstance(v, int) and v <= dom)) if tp.values
+                      else dc_replace(tp, hi=min(tp.hi or dom, dom)))
+    alt = dc_replace(t, space=sp, result=None, error=None)
+    run_target(alt, model, hw, world, method=method, top_k=1, headroom=headroom, trials=trials, workers=workers)
+    if alt.result is None:
+        return []
+    return [(q, float(st), t, None) for q, st in zip(alt.result["plans"][:1], alt.result["steps"][:1])]
 
 
 def prefer_simple(ranked: list, hw, seq: int, band: float = ROBUST_BAND) -> tuple[list, str]:
