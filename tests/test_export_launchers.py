@@ -385,6 +385,10 @@ def _check_torchtitan(job: ExportJob, tmp: Path):
         if section == "parallelism":
             b.module_fqns_per_model_part = a.module_fqns_per_model_part   # TOML-only key
         assert a == b, section
+    if job.model.is_moe:        # the MoE model is one torchtitan registers (no placeholder spec)
+        from torchtitan.protocols.train_spec import get_train_spec
+        spec = get_train_spec(cfg.model.name)
+        assert cfg.model.flavor in spec.model_args, (cfg.model.name, cfg.model.flavor)
     p, W = cfg.parallelism, job.world
     pd = ParallelDims(dp_shard=p.data_parallel_shard_degree, dp_replicate=p.data_parallel_replicate_degree,
                       cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
@@ -463,7 +467,8 @@ def _check_flavor(job, tmp):
     ("13b", (4096, 1024), "zero=3,dp_replicate=8,offload=params,recompute=block,recompute_layers=20,mbs=2", 64),
     ("llama3-8b", (8192, 128), "tp=2,cp=2,zero=3,sp=1,mbs=1,tp_overlap=1", 16),
     ("7b", (4096, 64), "zero=0,mbs=1", 8),
-    ("mixtral-8x7b", (4096, 256), "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32),
+    ("qwen3-30b-a3b", (4096, 256), "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32),
+    ("gpt-oss-20b", (4096, 256), "ep=8,zero=3,mbs=1,rank_order=torchtitan", 32),
     ("llama-tiny", (256, 64), "pp=2,zero=3,layer_split=1:3,mbs=1", 8),
     ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),
 ])
@@ -473,6 +478,19 @@ def test_torchtitan_loads_examples(tmp_path, model, train, plan, world):
     rt = load_runtime("torchtitan-compile" if "tp_overlap=1" in plan else "torchtitan")   # async TP needs compile
     _check_torchtitan(base.job_of(m, TrainingSpec(seq_len=train[0], global_batch=train[1], runtime=rt), plan, world),
                       tmp_path)
+
+
+def test_torchtitan_refuses_moe_models_it_does_not_register():
+    """torchtitan 0.2.2 builds MoE models only through its registered TrainSpecs (deepseek_v3, qwen3,
+    llama4, gpt_oss flavors); Mixtral matches none, so the exporter refuses and the search does not
+    offer it."""
+    from autoplace.export.registry import get_launcher
+    from autoplace.runtimes import load_runtime
+    job = base.job_of(get_preset("mixtral-8x7b"), TrainingSpec(seq_len=4096, global_batch=256,
+                                                               runtime=load_runtime("torchtitan")),
+                      "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32)
+    why = get_launcher("torchtitan").refusals(job)
+    assert any("registered definitions" in w and "qwen3 30B-A3B" in w for w in why), why
 
 
 @settings(**SETTINGS)

@@ -76,6 +76,7 @@ def validate_runtime(rt) -> None:
 
 
 WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "ep-overlap", "cp", "ep", "etp",
+            "moe-model",
             "schedule", "vpp-group", "uneven", "offload", "offload-partial", "offload-zero", "recompute", "order",
             "stage-recompute", "recompute-modules", "precision", "fetch-sync")
 
@@ -91,6 +92,17 @@ def _codes(names, table):
 def _not_in(x, allowed):
     x = _a(x)
     return ~np.isin(x, np.asarray(list(allowed) or [-1]))
+
+
+def moe_spec(caps, model) -> tuple[str, str] | None:
+    """(name, flavor) of the registered MoE definition in `caps.moe_specs` with the model's layers,
+    hidden size, expert count and top-k; None when none matches ("*": any model, None)."""
+    key = (model.layers, model.hidden, model.num_experts, model.top_k)
+    for e in caps.moe_specs:
+        parts = e.split(":")
+        if len(parts) == 6 and tuple(int(x) for x in parts[2:]) == key:
+            return parts[0], parts[1]
+    return None
 
 
 def _hold(p):
@@ -161,6 +173,13 @@ def capability_rules(rt) -> tuple:
     if not s.cp:
         add("cp", "context parallelism", lambda c, p: _a(p.cp) > 1,
             lambda c, p: f"cp={p.cp}: {who} has no ring context parallelism")
+    if "*" not in s.moe_specs:
+        add("moe-model", "registered MoE model definitions",
+            lambda c, p: (_a(p.tp) >= 1) & bool(c.model.is_moe and not c.model.states_only
+                                                and moe_spec(s, c.model) is None),
+            lambda c, p: (f"{c.model.name}: {who} builds MoE models only through its registered definitions ("
+                          + ", ".join(e.split(":")[0] + " " + e.split(":")[1] for e in s.moe_specs)
+                          + "), and this model matches none (layers, hidden, experts, top-k)"))
     if not s.ep:
         add("ep", "expert parallelism", lambda c, p: _a(p.ep) > 1,
             lambda c, p: f"ep={p.ep}: {who} has no expert parallelism")
