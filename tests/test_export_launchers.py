@@ -217,8 +217,9 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
         assert a["--fp4-format"] == "e2m1" and a["--fp4-recipe"] in ("nvfp4", "custom") and "--fp8-format" not in a
     if "--fp8-param-gather" in a or "--fp4-param-gather" in a:
         assert "--use-distributed-optimizer" in a or "--use-megatron-fsdp" in a
-    if "--fp8-dot-product-attention" in a:
-        assert "--fp8-format" in a or "--fp4-format" in a
+    assert "--fp8-dot-product-attention" not in a      # no such flag (excluded from the argument factory)
+    if a.get("--cuda-graph-scope") == "full_iteration":
+        assert a["--cuda-graph-impl"] == "local" and "--no-check-for-nan-in-loss-and-grad" in a
     if "--overlap-param-gather" in a:
         assert ("--use-distributed-optimizer" in a or fsdp) and "--overlap-grad-reduce" in a
     if "--tp-comm-overlap" in a:
@@ -602,3 +603,40 @@ def test_device_mesh_at_full_world_size(case):
 
 def test_device_mesh_worked_example():
     _check_mesh(base.job_of(base.M13, base.T13, "tp=8,pp=2,zero=3,dp_replicate=2,sp=1,mbs=1", 64))
+
+
+def test_megatron_refusals_follow_megatron_core():
+    """What megatron-core 0.16.1 / Megatron-LM refuse is refused before export: EP overlap with one MTP
+    layer at pp 1 and with the allgather dispatcher (TransformerConfig.__post_init__), FP8 attention
+    (no CLI flag), --fp8-param-gather with optimizer CPU offload outside the delayed recipe
+    (arguments.py)."""
+    from autoplace.export.registry import get_launcher
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    L = get_launcher("megatron")
+    rt = load_runtime("megatron-core")
+
+    def why(model, plan, world, rt=rt, **tr):
+        t = TrainingSpec(seq_len=4096, global_batch=tr.pop("gb", 1024), runtime=rt, **tr)
+        return " ".join(L.refusals(base.job_of(get_preset(model), t, plan, world)))
+    assert "MTP" in why("deepseek-v3", "ep=64,tp=1,zero=1,ep_overlap=1,mbs=1", 256)
+    assert "MTP" not in why("deepseek-v3", "ep=64,pp=4,vpp=2,zero=1,ep_overlap=1,mbs=1", 1024)
+    ag = apply_settings(rt, ["moe_dispatch=allgather"])
+    assert "alltoall/flex" in why("qwen3-30b-a3b", "ep=8,zero=1,ep_overlap=1,mbs=1", 64, rt=ag)
+    assert "alltoall/flex" not in why("qwen3-30b-a3b", "ep=8,zero=1,ep_overlap=1,mbs=1", 64)
+    fa = apply_settings(rt, ["fp8_attention=true"])
+    assert "no command-line flag" in why("llama3-8b", "tp=2,sp=1,zero=1,mbs=1", 64, rt=fa, precision="fp8")
+    assert "delayed" in why("llama3-8b", "tp=2,sp=1,zero=1,offload=optimizer,mbs=1", 64, precision="fp8",
+                            fp8_recipe="current")
+    assert "delayed" not in why("llama3-8b", "tp=2,sp=1,zero=1,offload=optimizer,mbs=1", 64, precision="fp8",
+                                fp8_recipe="delayed")
+
+
+def test_deepspeed_2021_writes_a_nonzero_bucket():
+    import json as _json
+
+    from autoplace.runtimes import load_runtime
+    job = base.job_of(get_preset("13b"), TrainingSpec(seq_len=2048, global_batch=512,
+                                                      runtime=load_runtime("deepspeed-2021")), "zero=1,mbs=1", 64)
+    z = _json.loads(deepspeed.emit(job)["ds_config.json"])["zero_optimization"]
+    assert z["reduce_bucket_size"] == 500_000_000 and z["allgather_bucket_size"] == 500_000_000
