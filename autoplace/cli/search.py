@@ -395,8 +395,8 @@ def _emit(model, hw, outcome, plan, world, doc, out_dir, launchers, quiet, headr
     train = outcome.ranked[0][2].train if hasattr(outcome, "ranked") else outcome
     pdoc = plan_document(model, hw, train, plan, world, predicted=doc.get("time"))
     names = resolve_launchers(tuple(launchers) if launchers else ("all",))
-    if any(n not in STACKS for n in names):
-        names += [r["launcher"] for r in doc.get("stacks", ()) if r["runs"] and r["launcher"] not in names]
+    if any(n not in STACKS for n in names):     # the stacks torchrun.sh / slurm.sbatch can start
+        names += [r["launcher"] for r in doc.get("stacks", ()) if r["launcher"] not in names]
     per = {}
     for r in doc.get("stacks", ()):
         n = r["launcher"]
