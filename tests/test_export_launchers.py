@@ -472,6 +472,7 @@ def _check_flavor(job, tmp):
     ("gpt-oss-20b", (4096, 256), "ep=8,zero=3,mbs=1,rank_order=torchtitan", 32),
     ("llama-tiny", (256, 64), "pp=2,zero=3,layer_split=1:3,mbs=1", 8),
     ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),
+    ("llama3-8b", (8192, 256), "tp=2,pp=4,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),      # per-stage keys
 ])
 def test_torchtitan_loads_examples(tmp_path, model, train, plan, world):
     from autoplace.runtimes import load_runtime

@@ -267,8 +267,16 @@ def job_config(job: ExportJob) -> dict:
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = _SCHEDULES[plan.schedule]
         par["pipeline_parallel_microbatch_size"] = plan.mbs
-        if plan.layer_split:
-            par["module_fqns_per_model_part"] = _fqns(m.layers, virtual_chunks(plan.layer_split, plan.v))
+        chunks = virtual_chunks(plan.layer_split, plan.v) if plan.layer_split else []
+        n = max(chunks) if chunks else 0
+        if chunks and len(chunks) > 2 and all(c == n for c in chunks[1:-1]):
+            # equal middle stages, lighter first/last (Llama 3 405B's 7:8…8:7): the per-stage keys,
+            # which the overrides file can carry (a list of lists has no CLI form)
+            par["pipeline_parallel_layers_per_stage"] = n
+            par["pipeline_parallel_first_stage_less_layers"] = n - chunks[0]
+            par["pipeline_parallel_last_stage_less_layers"] = n - chunks[-1]
+        elif chunks:
+            par["module_fqns_per_model_part"] = _fqns(m.layers, chunks)
         else:
             par["pipeline_parallel_layers_per_stage"] = m.layers // (plan.pp * plan.v)
             par["pipeline_parallel_first_stage_less_layers"] = 0
