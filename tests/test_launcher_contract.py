@@ -98,7 +98,9 @@ def _exported_values(name, files, job):
             assert int(a["--rotary-base"]) == int(job.model.rope_theta)
     elif name == "deepspeed":
         z = json.loads(files["ds_config.json"])["zero_optimization"]
-        n = L_rt(job).defaults.dp_bucket_elements       # the runtime's bucket (elements) unless the plan sets MB
+        # the runtime's bucket (elements; DeepSpeed's own default where the runtime has none) unless the plan sets MB
+        from autoplace.export.deepspeed import DS_DEFAULT_BUCKET
+        n = L_rt(job).defaults.dp_bucket_elements or DS_DEFAULT_BUCKET
         red = plan.dp_bucket_mb * 1e6 / t.b_G if plan.dp_bucket_mb else n
         gat = plan.dp_bucket_mb * 1e6 / t.b_P if plan.dp_bucket_mb else n
         assert z["reduce_bucket_size"] == int(round(red)) and z["allgather_bucket_size"] == int(round(gat))
