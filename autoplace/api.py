@@ -270,17 +270,16 @@ def search_document(model, hw, world, outcome, headroom: float, top_k: int, dive
     from autoplace.contract import SCHEMA_VERSION
     from autoplace.runtimes.switches import settings_text
     t0 = outcome.ranked[0][2]
-    outcome = replace(outcome, ranked=outcome.ranked[:top_k])
     fam_names = None
-    if diverse:
-        fams = t0.result["families"]
-        fam_names = [f for f, _, _ in fams]
-        outcome = replace(outcome, ranked=[(q, s_, t0) for _, s_, q in fams])
+    if diverse:     # the best plan of each family (outcome.families, one per ranked entry)
+        fam_names = list(outcome.families)
+    else:
+        outcome = replace(outcome, ranked=outcome.ranked[:top_k])
     if docs is None:
         docs = ranked_docs(model, hw, outcome, world, headroom)
     doc = {"schema_version": SCHEMA_VERSION, "plans": docs,
            "stats": stats_json(t0.result["stats"], outcome.train_note),
-           "space": t0.space.to_dict(), "seq_note": outcome.seq_note,
+           "space": t0.space.to_dict(), "seq_note": outcome.seq_note, "robust_note": outcome.robust_note,
            "searches": [{"launcher": t.launcher, "runtime": t.runtime.name if t.runtime else None,
                          "runtime_set": settings_text(t.runtime) if t.runtime else [],
                          "rules": [r.id for r in t.rules],
@@ -297,15 +296,17 @@ def search_document(model, hw, world, outcome, headroom: float, top_k: int, dive
 
 
 def ranked_docs(model, hw, outcome, world, headroom) -> list[dict]:
-    """Estimate documents of the ranked plans, each with the launchers that run it, the search that
-    found it and its plan file (so `--plan-file` reads any entry)."""
+    """Estimate documents of the ranked plans, each priced by the stack whose search found it, with
+    every stack's own verdict (`stacks`: fits, step time, or why not), the launchers that run it,
+    the search that found it and its plan file (so `--plan-file` reads any entry)."""
     from autoplace.estimate import estimate as run
     from autoplace.export.planfile import plan_document
-    from autoplace.search.launchers import runs_on
+    from autoplace.search.launchers import price_on_stacks
     docs = []
     for p, _, tg in outcome.ranked:
         d = run(model, hw, tg.train, p, world, headroom)
-        d["runs_on"] = runs_on(model, hw, tg.train, p, world)
+        d["stacks"] = price_on_stacks(model, hw, world, p, outcome.stack_trains, headroom)
+        d["runs_on"] = [r["launcher"] for r in d["stacks"] if r["runs"]]
         d["search"] = {"launcher": tg.launcher, "runtime": tg.runtime.name if tg.runtime is not None else None}
         d["plan_file"] = plan_document(model, hw, tg.train, p, world)
         docs.append(d)

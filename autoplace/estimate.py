@@ -70,7 +70,8 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     doc = {
         "schema_version": SCHEMA_VERSION,
         "model": {"name": model.name, "params": model.total_params(),
-                  "layers": model.layers if not model.states_only else None},
+                  "layers": model.layers if not model.states_only else None,
+                  **({"analogy": model.analogy} if getattr(model, "analogy", "") else {})},
         "hardware": {"name": hw.name, "gpus": world, "gpus_per_node": hw.gpus_per_node,
                      "memory_bytes": hw.memory_bytes},
         "training": {"seq_len": train.seq_len, "global_batch": train.global_batch,

@@ -55,12 +55,22 @@ def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_p
         check_hardware_name(hardware)
     ov = {}
     if gpu_memory:
-        ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory")
+        ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory", need_unit=True)
     if gpus_per_node is not None:
         if gpus_per_node < 1:
             raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
         ov["gpus_per_node"] = gpus_per_node
     return load_hardware(hardware or DEFAULT_HARDWARE, **ov)
+
+
+def hardware_note(hw, gpu_memory: str | None = None, gpus_per_node: int | None = None) -> str:
+    """What the header says about overridden hardware: '' when nothing is overridden."""
+    parts = []
+    if gpus_per_node is not None:
+        parts.append(f"{hw.gpus_per_node} GPUs/node, NVLink domain {hw.scaleup_domain} (--gpus-per-node)")
+    if gpu_memory:
+        parts.append(f"memory {hw.memory_bytes / 2**30:.1f} GiB (--gpu-memory {gpu_memory})")
+    return "; ".join(parts)
 
 
 def check_gpus(gpus: int) -> int:

@@ -217,8 +217,9 @@ def megatron_core_configs(args_text: str, world: int, env: dict):
         assert a["--fp4-format"] == "e2m1" and a["--fp4-recipe"] in ("nvfp4", "custom") and "--fp8-format" not in a
     if "--fp8-param-gather" in a or "--fp4-param-gather" in a:
         assert "--use-distributed-optimizer" in a or "--use-megatron-fsdp" in a
-    if "--fp8-dot-product-attention" in a:
-        assert "--fp8-format" in a or "--fp4-format" in a
+    assert "--fp8-dot-product-attention" not in a      # no such flag (excluded from the argument factory)
+    if a.get("--cuda-graph-scope") == "full_iteration":
+        assert a["--cuda-graph-impl"] == "local" and "--no-check-for-nan-in-loss-and-grad" in a
     if "--overlap-param-gather" in a:
         assert ("--use-distributed-optimizer" in a or fsdp) and "--overlap-grad-reduce" in a
     if "--tp-comm-overlap" in a:
@@ -385,6 +386,10 @@ def _check_torchtitan(job: ExportJob, tmp: Path):
         if section == "parallelism":
             b.module_fqns_per_model_part = a.module_fqns_per_model_part   # TOML-only key
         assert a == b, section
+    if job.model.is_moe:        # the MoE model is one torchtitan registers (no placeholder spec)
+        from torchtitan.protocols.train_spec import get_train_spec
+        spec = get_train_spec(cfg.model.name)
+        assert cfg.model.flavor in spec.model_args, (cfg.model.name, cfg.model.flavor)
     p, W = cfg.parallelism, job.world
     pd = ParallelDims(dp_shard=p.data_parallel_shard_degree, dp_replicate=p.data_parallel_replicate_degree,
                       cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
@@ -463,9 +468,11 @@ def _check_flavor(job, tmp):
     ("13b", (4096, 1024), "zero=3,dp_replicate=8,offload=params,recompute=block,recompute_layers=20,mbs=2", 64),
     ("llama3-8b", (8192, 128), "tp=2,cp=2,zero=3,sp=1,mbs=1,tp_overlap=1", 16),
     ("7b", (4096, 64), "zero=0,mbs=1", 8),
-    ("mixtral-8x7b", (4096, 256), "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32),
+    ("qwen3-30b-a3b", (4096, 256), "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32),
+    ("gpt-oss-20b", (4096, 256), "ep=8,zero=3,mbs=1,rank_order=torchtitan", 32),
     ("llama-tiny", (256, 64), "pp=2,zero=3,layer_split=1:3,mbs=1", 8),
     ("llama3-8b", (8192, 256), "tp=2,pp=4,vpp=2,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),
+    ("llama3-8b", (8192, 256), "tp=2,pp=4,zero=3,sp=1,mbs=1,layer_split=7:9:9:7", 32),      # per-stage keys
 ])
 def test_torchtitan_loads_examples(tmp_path, model, train, plan, world):
     from autoplace.runtimes import load_runtime
@@ -473,6 +480,19 @@ def test_torchtitan_loads_examples(tmp_path, model, train, plan, world):
     rt = load_runtime("torchtitan-compile" if "tp_overlap=1" in plan else "torchtitan")   # async TP needs compile
     _check_torchtitan(base.job_of(m, TrainingSpec(seq_len=train[0], global_batch=train[1], runtime=rt), plan, world),
                       tmp_path)
+
+
+def test_torchtitan_refuses_moe_models_it_does_not_register():
+    """torchtitan 0.2.2 builds MoE models only through its registered TrainSpecs (deepseek_v3, qwen3,
+    llama4, gpt_oss flavors); Mixtral matches none, so the exporter refuses and the search does not
+    offer it."""
+    from autoplace.export.registry import get_launcher
+    from autoplace.runtimes import load_runtime
+    job = base.job_of(get_preset("mixtral-8x7b"), TrainingSpec(seq_len=4096, global_batch=256,
+                                                               runtime=load_runtime("torchtitan")),
+                      "tp=2,ep=4,etp=1,zero=3,sp=1,mbs=1,rank_order=torchtitan", 32)
+    why = get_launcher("torchtitan").refusals(job)
+    assert any("registered definitions" in w and "qwen3 30B-A3B" in w for w in why), why
 
 
 @settings(**SETTINGS)
@@ -584,3 +604,40 @@ def test_device_mesh_at_full_world_size(case):
 
 def test_device_mesh_worked_example():
     _check_mesh(base.job_of(base.M13, base.T13, "tp=8,pp=2,zero=3,dp_replicate=2,sp=1,mbs=1", 64))
+
+
+def test_megatron_refusals_follow_megatron_core():
+    """What megatron-core 0.16.1 / Megatron-LM refuse is refused before export: EP overlap with one MTP
+    layer at pp 1 and with the allgather dispatcher (TransformerConfig.__post_init__), FP8 attention
+    (no CLI flag), --fp8-param-gather with optimizer CPU offload outside the delayed recipe
+    (arguments.py)."""
+    from autoplace.export.registry import get_launcher
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    L = get_launcher("megatron")
+    rt = load_runtime("megatron-core")
+
+    def why(model, plan, world, rt=rt, **tr):
+        t = TrainingSpec(seq_len=4096, global_batch=tr.pop("gb", 1024), runtime=rt, **tr)
+        return " ".join(L.refusals(base.job_of(get_preset(model), t, plan, world)))
+    assert "MTP" in why("deepseek-v3", "ep=64,tp=1,zero=1,ep_overlap=1,mbs=1", 256)
+    assert "MTP" not in why("deepseek-v3", "ep=64,pp=4,vpp=2,zero=1,ep_overlap=1,mbs=1", 1024)
+    ag = apply_settings(rt, ["moe_dispatch=allgather"])
+    assert "alltoall/flex" in why("qwen3-30b-a3b", "ep=8,zero=1,ep_overlap=1,mbs=1", 64, rt=ag)
+    assert "alltoall/flex" not in why("qwen3-30b-a3b", "ep=8,zero=1,ep_overlap=1,mbs=1", 64)
+    fa = apply_settings(rt, ["fp8_attention=true"])
+    assert "no command-line flag" in why("llama3-8b", "tp=2,sp=1,zero=1,mbs=1", 64, rt=fa, precision="fp8")
+    assert "delayed" in why("llama3-8b", "tp=2,sp=1,zero=1,offload=optimizer,mbs=1", 64, precision="fp8",
+                            fp8_recipe="current")
+    assert "delayed" not in why("llama3-8b", "tp=2,sp=1,zero=1,offload=optimizer,mbs=1", 64, precision="fp8",
+                                fp8_recipe="delayed")
+
+
+def test_deepspeed_2021_writes_a_nonzero_bucket():
+    import json as _json
+
+    from autoplace.runtimes import load_runtime
+    job = base.job_of(get_preset("13b"), TrainingSpec(seq_len=2048, global_batch=512,
+                                                      runtime=load_runtime("deepspeed-2021")), "zero=1,mbs=1", 64)
+    z = _json.loads(deepspeed.emit(job)["ds_config.json"])["zero_optimization"]
+    assert z["reduce_bucket_size"] == 500_000_000 and z["allgather_bucket_size"] == 500_000_000

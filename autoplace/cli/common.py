@@ -13,6 +13,7 @@ from autoplace.io import atomic_write, to_jsonable  # noqa: F401  (re-exported f
 from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the library resolvers)
     check_gpus,
     check_hardware_name,
+    hardware_note,
     resolve_hardware,
     resolve_model,
 )

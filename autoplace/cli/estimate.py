@@ -20,7 +20,6 @@ from autoplace.cli.common import (
     resolve_model,
     resolve_runtime,
 )
-from autoplace.runtimes import load_runtime
 
 
 def register(app: typer.Typer) -> None:
@@ -81,16 +80,50 @@ def register(app: typer.Typer) -> None:
             from autoplace.export.planfile import read_plan_file
             if plan:
                 raise InputError("give either --plan or --plan-file, not both")
+            if model or params or largest_layer is not None:
+                raise InputError("--plan-file fixes the model; drop --model/--params/--largest-layer "
+                                 "(or estimate with --model ... --plan ...)")
             m, hw, train, p, world, _ = read_plan_file(plan_file)
-            if runtime is not None and train.runtime is not None and load_runtime(runtime).name != train.rt.name:
-                raise InputError(f"--runtime {runtime} disagrees with the plan file's runtime {train.rt.name} "
-                                 "(training.runtime); drop --runtime or edit the file")
-            if runtime_set:
-                from autoplace.runtimes.switches import apply_settings
-                train = replace(train, runtime=apply_settings(train.rt, runtime_set))
             if gpus is not None and gpus != world:
                 raise InputError(f"--gpus {gpus} disagrees with the plan file's {world} GPUs; drop --gpus "
                                  "(the plan file fixes the GPU count)")
+            # the options given override the file's values
+            if hardware:
+                hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
+            elif gpu_memory or gpus_per_node is not None:
+                from autoplace.specs.hardware import parse_size
+                ov = {}
+                if gpu_memory:
+                    ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory", need_unit=True)
+                if gpus_per_node is not None:
+                    if gpus_per_node < 1:
+                        raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
+                    ov["gpus_per_node"] = gpus_per_node
+                    if hw.scaleup_domain == hw.gpus_per_node or hw.scaleup_domain < gpus_per_node:
+                        ov["scaleup_domain"] = gpus_per_node
+                hw = hw.with_(**ov)
+            rebuild = runtime is not None or precision is not None or regime is not None or fp8_recipe is not None
+            if rebuild:
+                rt = resolve_runtime(runtime, runtime_set) if runtime is not None else (
+                    train.runtime if train.runtime is not None else None)
+                t2, _ = build_training(m, seq_len or train.seq_len, global_batch or train.global_batch, None,
+                                       precision or train.precision, regime if regime is not None else (
+                                           None if runtime is not None else train.regime), world, runtime=rt,
+                                       fp8_recipe=fp8_recipe if fp8_recipe is not None else (
+                                           "" if precision is not None or runtime is not None else train.fp8_recipe))
+                train = replace(t2, attention=train.attention, dropout=train.dropout, states_only=train.states_only)
+            else:
+                if seq_len is not None:
+                    if seq_len < 1:
+                        raise InputError(f"--seq-len must be ≥ 1, got {seq_len}")
+                    train = replace(train, seq_len=seq_len)
+                if global_batch is not None:
+                    if global_batch < 1:
+                        raise InputError(f"--global-batch must be ≥ 1, got {global_batch}")
+                    train = replace(train, global_batch=global_batch)
+            if runtime_set and runtime is None:
+                from autoplace.runtimes.switches import apply_settings
+                train = replace(train, runtime=apply_settings(train.rt, runtime_set))
         else:
             from autoplace.errors import InputError
             if gpus is None:

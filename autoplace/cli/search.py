@@ -105,11 +105,19 @@ def header_line(model, d0, outcome, space_name) -> str:
         ps += f", {_params(model.active_params())} active"
     tg = outcome.targets
     prec = tr["precision"] + (" (TF32 matmuls)" if tr.get("matmul_dtype") == "tf32" else "")
-    who = ", ".join(t.label for t in tg) if (len(tg) > 1 or tg[0].launcher or tg[0].runtime) else \
-        "default kernels (megatron-core), any launcher"
-    return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']} · "
+    if outcome.union:
+        via = f" via {', '.join(tg[0].via)}" if tg[0].via else ""
+        who = ("each plan priced by the stack that runs it" + via + ": "
+               + ", ".join(f"{t.launcher} ({t.runtime.name})" for t in tg))
+    elif len(tg) > 1 or tg[0].launcher or tg[0].runtime:
+        who = ", ".join(t.label for t in tg)
+    else:
+        who = "default kernels (idealised physics, what-if; no stack's rules), any launcher"
+    hwn = f" ({outcome.hw_note})" if getattr(outcome, "hw_note", "") else ""
+    ana = f"\n[yellow]{model.analogy}[/]" if getattr(model, "analogy", "") else ""
+    return (f"[bold]{d0['model']['name']}[/] ({ps}) on {d0['hardware']['gpus']:,} × {d0['hardware']['name']}{hwn} · "
             f"{outcome.seq_note} · global batch {tr['global_batch']} · {prec} · {who} · "
-            f"space [bold]{space_name}[/]")
+            f"space [bold]{space_name}[/]" + ana)
 
 
 def render(result, docs, train_note, space, explain: bool, console, outcome=None, model=None,
@@ -133,14 +141,24 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         t.add_column(col, justify=just, no_wrap=col != "runs on", min_width=len(col),
                      overflow="fold" if col == "runs on" else "ellipsis")
     from autoplace.plan import Plan
+    shown: dict = {}
     for i, d in enumerate(docs):
         p = Plan.from_dict(d["plan"])
         tm, mem = d["time"], d["memory"]
-        t.add_row(str(i + 1), *((families[i],) if families else ()), _degrees(p), _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
+        cells = (_degrees(p), _zero(p), p.sp, _recompute(p), p.mbs, _schedule(p), p.tp_overlap,
+                 step_str(tm["step_s"]))
+        deg = _degrees(p)
+        if cells in shown:      # prints like an earlier row: show what differs (rank order, overlap …)
+            j, dj = shown[cells]
+            diff = [f"{k}={v}" for k, v in d["plan"].items() if dj["plan"].get(k) != v]
+            deg += f" [dim](≠#{j + 1}: {', '.join(diff[:3]) or 'same plan'})[/]"
+        else:
+            shown[cells] = (i, d)
+        t.add_row(str(i + 1), *((families[i],) if families else ()), deg, _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
                   _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), step_str(tm['step_s']),
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
                   f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
-                  ",".join(d.get("runs_on", [])) or "[red]none[/]",
+                  _runs_on_cell(d),
                   style="bold" if i == 0 else None)
     con.print(t)
     if families:
@@ -158,6 +176,8 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
                           f"  [dim]({tg.runtime.name})[/]")
             else:
                 con.print(f"  {n:<10} [red]{v}[/]")
+    if outcome is not None and getattr(outcome, "robust_note", ""):
+        con.print(f"[yellow]{outcome.robust_note}[/]")
     if len(docs) > 1:
         con.print(why_lines(docs[0], docs[1]))
     s = stats
@@ -184,6 +204,22 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         from autoplace.report import render_estimate
         con.print("[bold]winner in detail[/]")
         render_estimate(docs[0], con)
+
+
+def _runs_on_cell(d) -> str:
+    """The stacks whose own model says the plan fits, each with its step time where it differs from
+    the row's (> 0.05 %); 'none' in red when no training stack runs it."""
+    stacks = d.get("stacks")
+    if stacks is None:
+        return ",".join(d.get("runs_on", [])) or "[red]none[/]"
+    st = d["time"]["step_s"]
+    out = []
+    for r in stacks:
+        if not r["runs"]:
+            continue
+        s = r["step_s"]
+        out.append(r["launcher"] + (f" {step_str(s)}" if s is not None and abs(s - st) > 5e-4 * st else ""))
+    return ", ".join(out) or "[red]no stack[/]"
 
 
 def _docs(model, hw, train, plans, world, headroom):
@@ -296,18 +332,20 @@ def register(app: typer.Typer) -> None:
             raise
         finally:
             prog.close()
+        from autoplace.cli.common import hardware_note
+        outcome.hw_note = hardware_note(hw, gpu_memory, gpus_per_node)
         t0 = outcome.ranked[0][2]
         result = dict(t0.result)
         train, train_note = t0.train, outcome.train_note
         ranked = [p for p, _, _ in outcome.ranked]
-        result = dict(result, plans=ranked[:top_k], steps=[s_ for _, s_, _ in outcome.ranked][:top_k])
-        outcome.ranked = outcome.ranked[:top_k]
+        if not diverse:
+            result = dict(result, plans=ranked[:top_k], steps=[s_ for _, s_, _ in outcome.ranked][:top_k])
+            outcome.ranked = outcome.ranked[:top_k]
         fam_names = None
         if diverse:     # the best plan of each family replaces the top-k (search --diverse)
-            fams = t0.result["families"]
-            fam_names = [f for f, _, _ in fams]
-            result = dict(result, plans=[q for _, _, q in fams], steps=[s_ for _, s_, _ in fams])
-            outcome.ranked = [(q, s_, t0) for _, s_, q in fams]
+            fam_names = outcome.families
+            outcome.ranked = outcome.ranked
+            result = dict(result, plans=[q for q, _, _ in outcome.ranked], steps=[s_ for _, s_, _ in outcome.ranked])
         docs = ranked_docs(m, hw, outcome, world, headroom)
         if conf:
             docs, result = _rank_by_quantile(docs, result, m, hw, conf)
@@ -328,13 +366,13 @@ def register(app: typer.Typer) -> None:
             con = Console()
             if not con.is_terminal:
                 con = Console(width=170)
-            render(result, docs, train_note, t0.space, explain, con, outcome=outcome, model=m, families=fam_names)
+            render(result, docs, train_note, sp if outcome.union else t0.space, explain, con, outcome=outcome, model=m, families=fam_names)
             if conf:
                 con.print(f"[dim]--confidence {conf['q']:g}: peak memory must fit at its {conf['q']:.0%} upper bound "
                           f"(× {conf['memory_factor']:.3f}, class pool {conf['memory_pool']}); ranked by the "
                           f"{conf['q']:.0%} quantile of step time (column 'step s' is that quantile)[/]")
         if emit:
-            _emit(m, hw, train, result["plans"][0], world, docs[0], emit, launcher, as_json)
+            _emit(m, hw, outcome, result["plans"][0], world, docs[0], emit, launcher, as_json, headroom)
         if plot or report:
             from autoplace.cli.visuals import search_visuals
             search_visuals(m, hw, train, result["plans"][0], world, docs, stats, fam_names, plot, report)
@@ -385,15 +423,37 @@ def _rank_by_quantile(docs, result, model, hw, conf):
     return docs, result
 
 
-def _emit(model, hw, train, plan, world, doc, out_dir, launchers, quiet):
+def _emit(model, hw, outcome, plan, world, doc, out_dir, launchers, quiet, headroom=0.0):
+    """plan.json of the winner (priced by the stack that runs it) and each requested launcher's files,
+    each stack's with the numbers of its own runtime (a stack whose model says the plan does not fit
+    is refused with that reason). torchrun / SLURM start a stack: the stacks they can start are
+    written with them, so the set is complete on its own."""
     from autoplace.errors import AutoplaceError
     try:
-        from autoplace.export import emit_for_search, plan_document
+        from autoplace.export import emit_for_search, plan_document, resolve_launchers
     except ImportError as e:
         raise AutoplaceError(f"--emit: the exporter is not available ({e})") from None
     from autoplace.errors import LauncherRefusedError
+    from autoplace.estimate import estimate
+    from autoplace.export.registry import STACKS
+    # `outcome`: the search's Outcome, or a TrainingSpec for a plan priced outside a search
+    train = outcome.ranked[0][2].train if hasattr(outcome, "ranked") else outcome
     pdoc = plan_document(model, hw, train, plan, world, predicted=doc.get("time"))
-    res = emit_for_search(pdoc, out_dir, tuple(launchers) if launchers else ("all",))
+    names = resolve_launchers(tuple(launchers) if launchers else ("all",))
+    if any(n not in STACKS for n in names):     # the stacks torchrun.sh / slurm.sbatch can start
+        names += [r["launcher"] for r in doc.get("stacks", ()) if r["launcher"] not in names]
+    per = {}
+    for r in doc.get("stacks", ()):
+        n = r["launcher"]
+        if n not in names:
+            continue
+        if not r["runs"]:
+            per[n] = [r["why"] or "its runtime's model does not run the plan"]
+            continue
+        tr = outcome.stack_trains[n][0]
+        d = estimate(model, hw, tr, plan, world, headroom)
+        per[n] = plan_document(model, hw, tr, plan, world, predicted=d.get("time"))
+    res = emit_for_search(pdoc, out_dir, tuple(names), per_launcher=per)
     if not quiet:
         try:
             from autoplace.cli.export import render_result

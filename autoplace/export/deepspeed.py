@@ -98,7 +98,14 @@ def bucket_elements(job: ExportJob) -> tuple[float, float]:
     if job.plan.dp_bucket_mb > 0:
         return job.plan.dp_bucket_mb * 1e6 / job.train.b_G, job.plan.dp_bucket_mb * 1e6 / job.train.b_P
     n = float(LAUNCHER.runtime_for(job.train).defaults.dp_bucket_elements)
+    if n <= 0:      # a runtime without a bucket default (deepspeed-2021): DeepSpeed's own, never 0
+        n = DS_DEFAULT_BUCKET
     return n, n
+
+
+DS_DEFAULT_BUCKET = 5e8
+"""reduce_bucket_size / allgather_bucket_size default (elements) of every DeepSpeed version since
+0.3 (deepspeed/runtime/zero/config.py); a bucket of 0 elements is not a valid config."""
 
 
 def sub_group_size(job: ExportJob) -> int:

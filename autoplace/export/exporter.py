@@ -97,6 +97,37 @@ def managed_files() -> set[str]:
     return {f for launcher in LAUNCHERS.values() for f in launcher.files} | {MANIFEST, "plan.json"}
 
 
+def _collect(doc, names, res: ExportResult, files: dict, out: Path) -> None:
+    """Render the files of every launcher in `names` that can express `doc`'s plan into `files`
+    (name → (text, mode)); refusals and notes go to `res`."""
+    job = as_job(doc)
+    for name in names:
+        launcher = LAUNCHERS[name]
+        reasons = launcher.refusals(job)
+        if reasons:
+            res.refused[name] = reasons
+            continue
+        emitted = launcher.emit(job)
+        nts = launcher.notes(job) + common_notes(job)
+        if nts:
+            res.notes[name] = nts
+        for fname, text in emitted.items():
+            files[fname] = (text, 0o755 if fname.endswith((".sh", ".sbatch")) else 0o644)
+        res.written[name] = [str(out / f) for f in emitted]
+
+
+def _replace(out: Path, files: dict, res: ExportResult) -> ExportResult:
+    """Swap the folder's managed files for `files` and the manifest in one atomic rename."""
+    from autoplace.io import replace_folder
+    if not (files or res.refused):
+        return res
+    old = set(p.name for p in out.iterdir()) if out.is_dir() else set()
+    res.removed = [str(out / n) for n in sorted(old & managed_files() - set(files) - {MANIFEST})]
+    files[MANIFEST] = (json.dumps(res.to_dict(portable=True), indent=2) + "\n", 0o644)
+    replace_folder(out, files, managed_files())
+    return res
+
+
 def export_all(doc, launchers=("all",), out_dir=".", *, plan_text: str | None = None) -> ExportResult:
     """Write the files of every requested launcher that can express the plan into `out_dir`.
 
@@ -108,28 +139,13 @@ def export_all(doc, launchers=("all",), out_dir=".", *, plan_text: str | None = 
     cannot express the plan are listed in `refused` with their reasons. An illegal plan raises
     IllegalPlanError before anything is written. A manifest (`export_manifest.json`) records the
     outcome."""
-    from autoplace.io import replace_folder
     job = as_job(doc)
     names = resolve_launchers(launchers)
     check_legal(job)
     out = check_out_dir(out_dir, "--out")
     res = ExportResult(out_dir=str(out), plan=job.plan.short())
-    pending: dict[str, dict[str, str]] = {}
-    for name in names:
-        launcher = LAUNCHERS[name]
-        reasons = launcher.refusals(job)
-        if reasons:
-            res.refused[name] = reasons
-            continue
-        pending[name] = launcher.emit(job)
-        nts = launcher.notes(job) + common_notes(job)
-        if nts:
-            res.notes[name] = nts
     files: dict[str, tuple[str, int]] = {}
-    for name, emitted in pending.items():
-        for fname, text in emitted.items():
-            files[fname] = (text, 0o755 if fname.endswith((".sh", ".sbatch")) else 0o644)
-        res.written[name] = [str(out / f) for f in emitted]
+    _collect(doc, names, res, files, out)
     if plan_text is None and job.train is not None:       # the folder always says which plan it holds
         from autoplace.export.planfile import plan_document
         from autoplace.export.planfile import plan_text as text_of
@@ -138,24 +154,36 @@ def export_all(doc, launchers=("all",), out_dir=".", *, plan_text: str | None = 
     if plan_text is not None:
         files["plan.json"] = (plan_text, 0o644)
         res.plan_file = str(out / "plan.json")
-    if not (files or res.refused):
-        return res
-    old = set(p.name for p in out.iterdir()) if out.is_dir() else set()
-    res.removed = [str(out / n) for n in sorted(old & managed_files() - set(files) - {MANIFEST})]
-    files[MANIFEST] = (json.dumps(res.to_dict(portable=True), indent=2) + "\n", 0o644)
-    replace_folder(out, files, managed_files())
-    return res
+    return _replace(out, files, res)
 
 
-def emit_for_search(doc, out_dir, launchers=("all",)) -> ExportResult:
+def emit_for_search(doc, out_dir, launchers=("all",), per_launcher: dict | None = None) -> ExportResult:
     """For `autoplace search ... --emit DIR [--launcher L ...]`: write DIR/plan.json and the files
-    of each requested launcher for the winning plan.
+    of each requested launcher for the winning plan, replacing the folder as `export_all` does.
 
     `doc` is the winner's plan document, ``plan_document(model, hw, train, best_plan, gpus,
     predicted={...})``. Refusals are reported in the result (`refused`), never raised, so a search
     still writes its plan file; an unknown launcher name raises InputError (exit 1). The caller
-    prints the result (e.g. with `autoplace.cli.export.render_result`)."""
+    prints the result (e.g. with `autoplace.cli.export.render_result`).
+
+    per_launcher: launcher → the plan document priced under that launcher's own runtime (its files
+    carry those numbers), or a list of reasons it does not run the plan (refused); launchers not in
+    it get `doc`."""
     from autoplace.export.planfile import plan_text
     out = check_out_dir(out_dir, "--emit")
     names = resolve_launchers(launchers)
-    return export_all(doc, names, out, plan_text=plan_text(doc))
+    if per_launcher is None:
+        return export_all(doc, names, out, plan_text=plan_text(doc))
+    job = as_job(doc)
+    check_legal(job)
+    res = ExportResult(out_dir=str(out), plan=job.plan.short())
+    files: dict[str, tuple[str, int]] = {}
+    for n in names:
+        d = per_launcher.get(n, doc)
+        if isinstance(d, list):
+            res.refused[n] = d
+            continue
+        _collect(d, [n], res, files, out)
+    files["plan.json"] = (plan_text(doc), 0o644)
+    res.plan_file = str(out / "plan.json")
+    return _replace(out, files, res)

@@ -33,7 +33,7 @@ shared/docs/launchers_and_libraries.md §1b:
   router and dispatch preprocessing only, ``--cuda-graph-scope attn moe_router moe_preprocess``
   (megatron-core 0.16; later releases call it ``--cuda-graph-modules`` and still read this one),
   since dropless experts are not graph-safe; full recompute needs a full-iteration graph and is
-  refused) and FP8 attention (``--fp8-dot-product-attention``).
+  refused); FP8 attention has no Megatron-LM flag (refused).
 """
 
 from __future__ import annotations
@@ -101,6 +101,18 @@ def _rules() -> tuple:
                                    not in FP8_RECIPE_FLAG)),
           lambda c, p: f"FP8 recipe '{resolve_recipe(c.train)}': Megatron's --fp8-recipe takes "
                        f"{', '.join(FP8_RECIPE_FLAG.values())} (autoplace {', '.join(FP8_RECIPE_FLAG)})"),
+        R("fp8-attention", "FP8 attention has no Megatron-LM flag",
+          lambda c, p: _a(train_is(c, lambda t: t.precision in ("fp8", "fp4") and t.rt.kernels.fp8_attention)),
+          lambda c, p: "FP8 attention (runtime fp8_attention=true): Megatron-LM core 0.16.1 … 0.19 has no command-line "
+                       "flag for TransformerConfig.fp8_dot_product_attention (its argument factory excludes it); "
+                       "drop the fp8_attention switch or set it in a Megatron-Bridge recipe"),
+        R("fp8-gather-offload", "--fp8-param-gather with optimizer CPU offload needs the delayed recipe",
+          lambda c, p: (_a(p.off) == 1) & (_a(p.zero) >= 1)
+          & _a(train_is(c, lambda t: t.precision == "fp8" and t.rt.precision.fp8_param_gather
+                        and resolve_recipe(t, c.hw) != "delayed")),
+          lambda c, p: f"offload=optimizer with the FP8 parameter copy (--fp8-param-gather) and recipe "
+                       f"'{resolve_recipe(c.train, c.hw)}': Megatron-LM asserts --fp8-recipe delayed with optimizer "
+                       "CPU offload (arguments.py); use --fp8-recipe delayed or no optimizer offload"),
         R("cuda-graphs-recompute", "per-layer CUDA graphs without full recompute",
           lambda c, p: _a(train_is(c, lambda t: t.rt.kernels.cuda_graphs and not t.rt.kernels.cuda_graph_experts))
           & (recompute_kind(c, p)[0] >= 2),
@@ -278,10 +290,11 @@ def flags(job: ExportJob) -> list[tuple[str, object]]:
     if prec in ("fp8", "fp4") and rt.precision.fp8_param_gather and zero >= 1:
         # the 1-byte parameter copy the cost model holds (cost.precision.param_store_bytes)
         f.append(("--fp8-param-gather" if prec == "fp8" else "--fp4-param-gather", None))
-    if prec in ("fp8", "fp4") and rt.kernels.fp8_attention:
-        f.append(("--fp8-dot-product-attention", None))
     if rt.kernels.cuda_graphs and rt.kernels.cuda_graph_experts:
-        f.append(("--cuda-graph-impl", "full_iteration"))
+        # megatron-core 0.16.x spelling (0.19 migrates it to --cuda-graph-impl full_iteration); both
+        # assert the NaN check off for a full-iteration graph (arguments.py)
+        f += [("--cuda-graph-impl", "local"), ("--cuda-graph-scope", "full_iteration"),
+              ("--no-check-for-nan-in-loss-and-grad", None)]
     elif rt.kernels.cuda_graphs:
         f.append(("--cuda-graph-impl", "transformer_engine"))
         if m.is_moe:

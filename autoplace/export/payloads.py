@@ -10,10 +10,19 @@ ORDER = ("megatron", "torchtitan", "deepspeed", "accelerate", "generic")
 
 
 def available(job: ExportJob) -> list[str]:
-    """Payloads whose launcher supports the plan, in preference order (generic always)."""
+    """Payloads whose launcher supports the plan, in preference order (generic always); the stack
+    whose runtime the plan was priced under comes first (the script's default PAYLOAD)."""
     from autoplace.export import accelerate, deepspeed, megatron, torchtitan  # the stacks, not the registry
     stacks = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "accelerate": accelerate}
     out = [n for n in ORDER[:-1] if not stacks[n].LAUNCHER.refusals(job)]
+    rt = getattr(job.train, "runtime", None)
+    own = getattr(rt, "launcher", "") if rt is not None and not isinstance(rt, str) else ""
+    if isinstance(rt, str):
+        from autoplace.runtimes import load_runtime
+        own = load_runtime(rt).launcher
+    if own in out:      # the stack the plan was priced for is the default payload
+        out.remove(own)
+        out.insert(0, own)
     return out + ["generic"]
 
 

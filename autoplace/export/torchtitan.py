@@ -163,7 +163,10 @@ def notes(job) -> list[str]:
     if rc.kind == "selective":
         out.append("recompute=selective maps to torchtitan's per-op SAC (selective_ac_option='op'), which "
                    "also saves matmul outputs and recomputes the cheap element-wise ops")
-    if job.shaped and _family(job.model) != "llama3":
+    if job.shaped and job.model.is_moe and _moe_spec(job.model, job.train):
+        name, flavor = _moe_spec(job.model, job.train)
+        out.append(f"{safe.one_line(job.model.name)} runs as torchtitan's registered MoE model '{name}' flavor '{flavor}'")
+    elif job.shaped and _family(job.model) != "llama3":
         out.append(f"{safe.one_line(job.model.name)} is not a Llama-style dense model; [model] name is a placeholder — "
                    "register your model with torchtitan and set it")
     elif job.shaped and _flavor(job.model) is None:
@@ -177,7 +180,18 @@ def notes(job) -> list[str]:
 
 
 # ---- model ---------------------------------------------------------------------------------------
+def _moe_spec(m, train=None) -> tuple[str, str] | None:
+    """(TrainSpec name, flavor) torchtitan registers for this MoE model (the runtime's
+    supports.moe_specs), None when it registers none."""
+    from autoplace.runtimes.check import moe_spec
+    rt = LAUNCHER.runtime_for(train)
+    return moe_spec(rt.supports, m) if rt is not None else None
+
+
 def _family(m) -> str:
+    if m.is_moe and not m.states_only:
+        spec = _moe_spec(m)
+        return spec[0] if spec else "custom_moe"
     llama = (m.norm == "rmsnorm" and m.position == "rope" and m.gated_mlp and not m.attn_bias
              and not m.mlp_bias and not m.tied_embeddings and not m.is_moe
              and not m.qkv_bias and not m.qk_norm
@@ -223,6 +237,9 @@ def job_config(job: ExportJob) -> dict:
     zero, hold = zero_level(plan)
     family = _family(m)
     flavor = _flavor(m) if family == "llama3" else None
+    if m.is_moe and not m.states_only:
+        spec = _moe_spec(m, t)
+        family, flavor = spec if spec else (family, None)
     model = {"name": family if family != "llama3" else "llama3",
              "flavor": flavor or ("autoplace" if family == "llama3" else safe.slug(m.name, "autoplace")),
              "hf_assets_path": "./assets/hf/tokenizer"}
@@ -251,8 +268,16 @@ def job_config(job: ExportJob) -> dict:
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = _SCHEDULES[plan.schedule]
         par["pipeline_parallel_microbatch_size"] = plan.mbs
-        if plan.layer_split:
-            par["module_fqns_per_model_part"] = _fqns(m.layers, virtual_chunks(plan.layer_split, plan.v))
+        chunks = virtual_chunks(plan.layer_split, plan.v) if plan.layer_split else []
+        n = max(chunks) if chunks else 0
+        if chunks and len(chunks) > 2 and all(c == n for c in chunks[1:-1]):
+            # equal middle stages, lighter first/last (Llama 3 405B's 7:8…8:7): the per-stage keys,
+            # which the overrides file can carry (a list of lists has no CLI form)
+            par["pipeline_parallel_layers_per_stage"] = n
+            par["pipeline_parallel_first_stage_less_layers"] = n - chunks[0]
+            par["pipeline_parallel_last_stage_less_layers"] = n - chunks[-1]
+        elif chunks:
+            par["module_fqns_per_model_part"] = _fqns(m.layers, chunks)
         else:
             par["pipeline_parallel_layers_per_stage"] = m.layers // (plan.pp * plan.v)
             par["pipeline_parallel_first_stage_less_layers"] = 0

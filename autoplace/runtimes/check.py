@@ -76,6 +76,7 @@ def validate_runtime(rt) -> None:
 
 
 WHY_KEYS = ("zero", "zero-pp", "hold", "ddp-mp", "hsdp", "pp", "tp", "sp", "tp-overlap", "ep-overlap", "cp", "ep", "etp",
+            "moe-model", "ep-overlap-mtp",
             "schedule", "vpp-group", "uneven", "offload", "offload-partial", "offload-zero", "recompute", "order",
             "stage-recompute", "recompute-modules", "precision", "fetch-sync")
 
@@ -91,6 +92,17 @@ def _codes(names, table):
 def _not_in(x, allowed):
     x = _a(x)
     return ~np.isin(x, np.asarray(list(allowed) or [-1]))
+
+
+def moe_spec(caps, model) -> tuple[str, str] | None:
+    """(name, flavor) of the registered MoE definition in `caps.moe_specs` with the model's layers,
+    hidden size, expert count and top-k; None when none matches ("*": any model, None)."""
+    key = (model.layers, model.hidden, model.num_experts, model.top_k)
+    for e in caps.moe_specs:
+        parts = e.split(":")
+        if len(parts) == 6 and tuple(int(x) for x in parts[2:]) == key:
+            return parts[0], parts[1]
+    return None
 
 
 def _hold(p):
@@ -158,9 +170,29 @@ def capability_rules(rt) -> tuple:
             lambda c, p: f"ep_overlap with ep={p.ep}, recompute={p.recompute}, pp={p.pp}, schedule={p.schedule}: "
                          f"{who} overlaps the EP all-to-all only with ep > 1, no full or block recompute and, "
                          "with pp > 1, the interleaved schedule")
+        # the same __post_init__ (megatron-core 0.16.1 … 0.19): at most one MTP layer, and with one,
+        # pp > 1; the alltoall or flex dispatcher; CUDA graphs only through transformer_engine
+        k = rt.kernels
+        bad_stack = (k.moe_dispatch == "allgather") or bool(k.cuda_graphs and k.cuda_graph_experts)
+        add("ep-overlap-mtp", "EP all-to-all overlap: ≤ 1 MTP layer, pp > 1 with one; alltoall/flex dispatch; "
+            "no full-iteration CUDA graph",
+            lambda c, p: _a(getattr(p, "ep_overlap", False)).astype(bool)
+            & ((c.model.mtp_layers > 1) | ((c.model.mtp_layers == 1) & (_a(p.pp) <= 1)) | bad_stack),
+            lambda c, p: (f"ep_overlap with {c.model.mtp_layers} MTP layer(s) at pp={p.pp}, dispatcher "
+                          f"{k.moe_dispatch}{', full-iteration CUDA graphs' if k.cuda_graphs and k.cuda_graph_experts else ''}: "
+                          f"{who} (megatron-core 0.16.1 TransformerConfig) overlaps the EP all-to-all only with "
+                          "≤ 1 MTP layer and then pp > 1, the alltoall/flex dispatcher and per-layer "
+                          "(transformer_engine) CUDA graphs"))
     if not s.cp:
         add("cp", "context parallelism", lambda c, p: _a(p.cp) > 1,
             lambda c, p: f"cp={p.cp}: {who} has no ring context parallelism")
+    if "*" not in s.moe_specs:
+        add("moe-model", "registered MoE model definitions",
+            lambda c, p: (_a(p.tp) >= 1) & bool(c.model.is_moe and not c.model.states_only
+                                                and moe_spec(s, c.model) is None),
+            lambda c, p: (f"{c.model.name}: {who} builds MoE models only through its registered definitions ("
+                          + ", ".join(e.split(":")[0] + " " + e.split(":")[1] for e in s.moe_specs)
+                          + "), and this model matches none (layers, hidden, experts, top-k)"))
     if not s.ep:
         add("ep", "expert parallelism", lambda c, p: _a(p.ep) > 1,
             lambda c, p: f"ep={p.ep}: {who} has no expert parallelism")

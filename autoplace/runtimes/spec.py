@@ -323,6 +323,10 @@ class Capabilities:
     fused_moe_mlp: bool = False
     """TE's fused grouped MLP (bias and clamped GLU inside its kernels; Megatron-Core ≥ 0.18
     `--use-transformer-engine-op-fuser`): what the `moe_fused_mlp` switch needs."""
+    moe_specs: tuple = ("*",)
+    """MoE models it can build: "*" any (Megatron-Core, DeepSpeed, HF modules), else its registered
+    MoE model definitions as "name:flavor:layers:hidden:experts:top_k" (torchtitan: a TrainSpec and
+    flavor per model; an MoE model matching none is refused)."""
     cp: bool = True
     """Ring context parallelism."""
     ep: bool = True

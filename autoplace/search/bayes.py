@@ -99,7 +99,7 @@ class Decoder:
         want = {}
         cand = self.rows
         for k in self.deg_knobs:
-            v = getattr(b, k)[0].item()
+            v = _first(b, k)
             if v not in en.deg[k][cand]:
                 return None
             want[k] = v
@@ -113,12 +113,18 @@ class Decoder:
             a, c = g.offsets[d], g.counts[d]
             opt = np.arange(a, a + c)
             for k in ks:
-                v = getattr(b, k)[0].item()
+                v = _first(b, k)
                 if v not in g.cols[k][opt]:
                     return None
                 want[k] = _py(v, self.choices[k])
                 opt = opt[g.cols[k][opt] == v]
         return {k: _py(v, self.choices[k]) for k, v in want.items()}
+
+
+def _first(b, k):
+    """Row 0's value of knob k: a column, or the scalar a batch keeps for an extra `Plan` field
+    that its plans do not vary (e.g. a seed plan at the field's default)."""
+    return np.asarray(getattr(b, k)).reshape(-1)[0].item()
 
 
 def _uniq(values: np.ndarray) -> list:

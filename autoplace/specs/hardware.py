@@ -395,8 +395,12 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> Hardware
     if bad:
         raise InputError(f"hardware override: unknown field(s) {', '.join(bad)}")
     if ov:
+        node_bound = hw.scaleup_domain == hw.gpus_per_node     # NVLink ends at the node (DGX/HGX boxes)
         hw = hw.with_(**ov)
-        if "gpus_per_node" in ov and "scaleup_domain" not in ov and hw.scaleup_domain < hw.gpus_per_node:
+        if "gpus_per_node" in ov and "scaleup_domain" not in ov and (
+                node_bound or hw.scaleup_domain < hw.gpus_per_node):
+            # a node-bounded NVLink domain follows the node size (4 GPUs/node: TP 8 spans two
+            # domains); a rack-scale domain (NVL72) keeps its size unless the node is larger
             hw = hw.with_(scaleup_domain=hw.gpus_per_node)
     return check_hardware(hw, f"hardware profile {path.name}")
 
@@ -407,10 +411,14 @@ _MULT = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "k": 1e3, "m": 1e6
          "gi": 2**30, "ti": 2**40}
 
 
-def parse_size(text: str, field_name: str = "--gpu-memory") -> float:
-    """'40GiB' → 42949672960.0, '80GB' → 8e10, '1.5e9' → 1.5e9 (bytes)."""
+def parse_size(text: str, field_name: str = "--gpu-memory", need_unit: bool = False) -> float:
+    """'40GiB' → 42949672960.0, '80GB' → 8e10, '1.5e9' → 1.5e9 (bytes). need_unit: a bare number
+    is refused (one line naming the fix) rather than read as bytes."""
     m = _SIZE.match(str(text))
     if not m:
         raise InputError(f"{field_name}: cannot read size '{text}'; write e.g. 40GiB or 80GB")
+    if need_unit and not m.group(2):
+        raise InputError(f"{field_name} {text}: give a unit, e.g. {m.group(1)}GiB (2^30 bytes) or {m.group(1)}GB "
+                         "(10^9 bytes); a bare number is not read as bytes")
     num, unit = float(m.group(1)), (m.group(2) or "b").lower()
     return num * _MULT[unit]

@@ -73,6 +73,7 @@ class _Reader:
         self.cfg, self.where, self.fam, self.outer = cfg, where, fam, outer or {}
         self.keys = {**_KEYS, **_GPT2_KEYS} if fam.names == "gpt2" else _KEYS
         self.defaults_used: dict[str, object] = {}
+        self.analogy = ""          # set when an unknown model_type is read as another family
 
     def fail(self, msg: str) -> InputError:
         return InputError(f"{self.where}: {msg}")
@@ -111,6 +112,9 @@ class _Reader:
     def req(self, what: str, outer_too: bool = False) -> tuple[str, int]:
         k, v = self.get(what, outer_too)
         if v is _MISSING:
+            if self.analogy:
+                raise self.fail(f"missing {self.names(what)}, which the reading needs ({self.analogy}); "
+                                "add it if the model really is Llama-shaped, else use --params")
             raise self.fail(f"missing {self.names(what)}; add it or use --params")
         return k, self.pos_int(k, v)
 
@@ -173,6 +177,11 @@ _DECODER_ONLY = ("autoplace plans decoder-only LM training; pass a decoder's con
                  "--params COUNT for model states only")
 
 
+_HYBRID = ("autoplace models attention decoders only and does not price state-space or linear-attention "
+           "layers as attention (their cost, recurrent state and parallelism differ); use --params COUNT "
+           "for model states only")
+
+
 def _refuse_non_decoders(cfg: dict, where: str) -> None:
     """Encoder-only and encoder-decoder models (and decoders autoplace cannot count): one line with
     the field that says so and the reason."""
@@ -193,6 +202,17 @@ def _refuse_non_decoders(cfg: dict, where: str) -> None:
         if enc:
             raise InputError(f"{where}: {enc[0]} is an encoder-only model ('architectures'); "
                              f"{_DECODER_ONLY}")
+    if mt in F.HYBRID_DECODERS:
+        raise InputError(f"{where}: 'model_type' {mt!r}: {F.HYBRID_DECODERS[mt]}; {_HYBRID}")
+    if mt not in F.FAMILIES:
+        hy = [k for k in F.HYBRID_FIELDS if k in cfg]
+        lt = cfg.get("layer_types") or cfg.get("layers_block_type")
+        kinds = sorted({t for t in lt if isinstance(t, str) and any(
+            w in t.lower() for w in ("mamba", "linear", "ssm", "conv", "recurrent", "deltanet"))}) \
+            if isinstance(lt, list) else []
+        if hy or kinds:
+            why = f"fields {', '.join(repr(k) for k in hy[:3])}" if hy else f"layer types {', '.join(kinds[:3])}"
+            raise InputError(f"{where}: {name} has state-space / linear-attention layers ({why}); {_HYBRID}")
     if mt in F.UNSUPPORTED_DECODERS:
         raise InputError(f"{where}: 'model_type' {mt!r} ({F.UNSUPPORTED_DECODERS[mt]}) is not a "
                          "family autoplace counts; use --params COUNT for model states only")
@@ -284,9 +304,12 @@ def _moe(r: _Reader, layers: int, kw: dict, notes: list) -> None:
     ek, experts = r.opt("experts", zero_ok=True)
     _, ffn = r.opt("ffn")
     _, moe_ffn = r.opt("moe_intermediate_size")
+    if "llama4" in fam.notes:
+        _llama4_moe(r, layers, kw, notes)
+        return
     if not experts:
         if ffn is None:
-            raise r.fail(f"missing {r.names('ffn')}; add it or use --params")
+            r.req("ffn")
         kw["ffn_hidden"] = ffn
         return
     tk, top_k = r.opt("top_k")
@@ -323,6 +346,38 @@ def _moe(r: _Reader, layers: int, kw: dict, notes: list) -> None:
         kw["shared_expert_gate"] = True
     if fam.expert_bias:
         kw["expert_bias"] = True
+
+
+def _llama4_moe(r: _Reader, layers: int, kw: dict, notes: list) -> None:
+    """Llama 4 (transformers modeling_llama4): layer i is MoE when i is in `moe_layers`, which
+    defaults to range(step − 1, layers, step) with step = `interleave_moe_layer_step`; MoE layers hold
+    `num_local_experts` routed experts and one shared expert, all `intermediate_size` wide; dense
+    layers an MLP `intermediate_size_mlp` wide."""
+    ek, experts = r.req("experts")
+    _, top_k = r.req("top_k")
+    _, width = r.req("ffn")
+    _, dense_w = r.req("intermediate_size_mlp")
+    _, step = r.req("interleave_moe_layer_step")
+    _, ids = r.get("moe_layers")
+    if ids in (None, _MISSING):
+        ids = list(range(step - 1, layers, step))
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in ids):
+        raise r.fail(f"'moe_layers' must be a non-empty list of layer indices in 0..{layers - 1}, got {ids!r}")
+    if top_k > experts:
+        raise r.fail(f"'num_experts_per_tok'={top_k} exceeds {ek!r}={experts}; fix one of them")
+    moe = set(ids)
+    kw.update(ffn_hidden=dense_w, num_experts=experts, top_k=top_k, moe_layer_freq=1,
+              expert_ffn_hidden=width if width != dense_w else None, shared_expert_ffn_hidden=width,
+              dense_layer_ids=tuple(i for i in range(layers) if i not in moe))
+    notes.append(f"Llama 4: {len(moe)} of {layers} layers MoE ({experts} experts, top-{top_k}, one shared "
+                 f"expert, width {width}), dense layers' MLP {dense_w} wide; Q/K L2 norm has no weights")
+    _, chunk = r.opt("attention_chunk_size")
+    _, every = r.opt("no_rope_layer_interval", 4)
+    if chunk:
+        notes.append(f"chunked attention ({chunk}-token chunks on {every - 1} of every {every} layers, "
+                     f"every {every}th a global NoPE layer) priced as full causal attention: exact for "
+                     f"sequences ≤ {chunk}; above, those layers' attention is overestimated")
 
 
 def _mla(r: _Reader, kw: dict, hidden: int, heads: int) -> None:
@@ -387,12 +442,15 @@ def load_hf_config(path) -> ModelSpec:
     if not isinstance(model_type, (str, type(None))):
         raise InputError(f"{where}: 'model_type' must be a string, got {model_type!r}")
     fam = F.FAMILIES.get((model_type or "").lower())
+    analogy = ""
     if fam is None:
         fam = F.UNKNOWN
-        notes.append(f"model_type {model_type!r} unknown: read with Llama field names "
-                     "(gated MLP, RMSNorm, RoPE)" if model_type else
-                     "no model_type: read with Llama field names (gated MLP, RMSNorm, RoPE)")
+        analogy = (f"model_type {model_type!r} is unknown: read by analogy with Llama (its field names, "
+                   "gated MLP, RMSNorm, RoPE)" if model_type else
+                   "no model_type: read by analogy with Llama (its field names, gated MLP, RMSNorm, RoPE)")
+        notes.append(analogy)
     r = _Reader(cfg, where, fam, outer)
+    r.analogy = analogy
 
     _, hidden = r.req("hidden")
     _, layers = r.req("layers")
@@ -476,6 +534,6 @@ def load_hf_config(path) -> ModelSpec:
     label = model_type or "unknown"
     source = f"hf-config:{f} (model_type={label}" + "".join(f"; {n}" for n in notes) + ")"
     try:
-        return ModelSpec(name=_model_name(f, top, model_type or ""), source=source, **kw)
+        return ModelSpec(name=_model_name(f, top, model_type or ""), source=source, analogy=analogy, **kw)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None

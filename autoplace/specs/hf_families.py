@@ -91,11 +91,34 @@ UNSUPPORTED_DECODERS = {
     "mpt": "ALiBi attention",
     "mamba": "a state-space model, not a transformer",
     "mamba2": "a state-space model, not a transformer",
+    "falcon_mamba": "a Mamba state-space model (Falcon-Mamba), not a transformer",
     "rwkv": "a recurrent model, not a transformer",
 }
+# Hybrid state-space / linear-attention decoders: their Mamba / Mamba-2 / Gated-DeltaNet layers have
+# their own cost, memory (a recurrent state, no KV cache) and parallelism rules, which autoplace does
+# not model; pricing them as attention layers would be wrong, so they are refused with the reason.
+HYBRID_DECODERS = {
+    "jamba": "Jamba interleaves Mamba state-space layers with attention (1 attention layer in 8)",
+    "granitemoehybrid": "Granite-4.0-H interleaves Mamba-2 state-space layers with attention",
+    "falcon_h1": "Falcon-H1 runs Mamba-2 state-space heads in parallel with attention in every layer",
+    "qwen3_next": "Qwen3-Next uses Gated-DeltaNet linear attention in 3 of every 4 layers",
+    "nemotron_h": "Nemotron-H interleaves Mamba-2 state-space layers with attention",
+    "bamba": "Bamba interleaves Mamba-2 state-space layers with attention",
+    "zamba": "Zamba is a Mamba backbone with shared attention blocks",
+    "zamba2": "Zamba2 is a Mamba-2 backbone with shared attention blocks",
+    "lfm2": "LFM2 interleaves short convolutions with attention",
+    "recurrent_gemma": "RecurrentGemma uses RG-LRU recurrent layers",
+    "minimax": "MiniMax-01 uses lightning (linear) attention in most layers",
+    "plamo2": "PLaMo 2 interleaves Mamba state-space layers with attention",
+}
+# config.json fields that only state-space / linear-attention layers have: an unknown model_type
+# carrying one is refused as a hybrid rather than read as a transformer.
+HYBRID_FIELDS = ("mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_n_heads", "ssm_state_size",
+                 "state_size", "attn_layer_period", "layers_block_type", "linear_num_value_heads",
+                 "linear_key_head_dim", "hybrid_override_pattern", "conv_kernel", "time_step_rank")
 # Multimodal wrapper model_type → the model_type its text_config defaults to (the wrapper's
 # configuration class builds that sub-config when text_config has no model_type).
-TEXT_OF_WRAPPER = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama",
+TEXT_OF_WRAPPER = {"gemma3": "gemma3_text", "llama4": "llama4_text", "llava": "llama", "llava_next": "llama",
                    "mistral3": "mistral", "paligemma": "gemma", "qwen2_vl": "qwen2",
                    "qwen2_5_vl": "qwen2"}
 
@@ -280,6 +303,21 @@ FAMILIES: dict[str, Family] = {
                       pretrain_cite="gpt-oss config initial_context_length 4096 and "
                                     "rope_scaling.original_max_position_embeddings 4096 (YaRN ×32)"),
 }
+# Llama 4 (Llama4TextConfig): MoE layers listed by `moe_layers`, else every
+# `interleave_moe_layer_step`-th layer (Scout 1: all; Maverick 2: odd layers); dense layers use
+# `intermediate_size_mlp`; each MoE layer has top-k routed experts of width `intermediate_size` plus one
+# always-on shared expert of the same width (Llama4TextMoe.shared_expert); the Q/K norm is a
+# weightless L2 norm (no parameters); 3 of every 4 layers use chunked attention (`attention_chunk_size`)
+# with RoPE, every 4th is a global NoPE layer. Parameter counts: Meta's model cards (Scout 17B active /
+# 109B total, Maverick 17B / 400B, both with the vision encoder).
+_LLAMA4_D = dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+                 num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                 hidden_act="silu", max_position_embeddings=4096 * 32, tie_word_embeddings=False,
+                 num_experts_per_tok=1, num_local_experts=16, moe_layers=None, interleave_moe_layer_step=1,
+                 use_qk_norm=True, no_rope_layer_interval=4, attention_chunk_size=8192)
+FAMILIES["llama4_text"] = Family(_LLAMA4_D, _TF.format("llama4"), pretrain=0,
+                                 notes=("llama4",))
+
 # Unknown model_type: Llama field names and modules, no defaults; PretrainedConfig's tying default.
 UNKNOWN = Family(dict(tie_word_embeddings=True), "PretrainedConfig",
                  bias_keys=("attention_bias", "mlp_bias"))

@@ -81,6 +81,10 @@ class ModelSpec:
     params_override: int | None = None
     largest_unit_override: int | None = None  # Ψ_max for a bare parameter count (DeepSpeed estimators)
     source: str = "preset"
+    analogy: str = ""
+    """Non-empty when the model was read by analogy with another family (an unknown HF model_type
+    read with Llama's field names and modules): what was assumed, shown in the search header and
+    in --json."""
 
     def __post_init__(self) -> None:
         from autoplace import safe
