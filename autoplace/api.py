@@ -122,7 +122,9 @@ class PlanResult:
     """Step-time terms after overlap (compute, tp_comm, pp_bubble, …)."""
     violations: tuple[str, ...]
     runs_on: tuple[str, ...]
-    """Launchers whose exporter accepts the plan (search results only)."""
+    """Launchers whose stack runs the plan and whose own model says it fits (search results only)."""
+    runtime: str | None
+    """The runtime (stack physics) the plan was priced under."""
     document: dict = field(repr=False)
     """The estimate document (`autoplace estimate --json`)."""
 
@@ -135,7 +137,8 @@ class PlanResult:
                    memory_per_stage_gib=tuple(s["total"] / GiB for s in mem.get("per_stage", ())),
                    breakdown_s=dict(tm.get("breakdown_s", {})),
                    violations=tuple(f"{v['rule']}: {v['message']}" for v in doc["violations"]),
-                   runs_on=tuple(doc.get("runs_on", ())), document=doc)
+                   runs_on=tuple(doc.get("runs_on", ())), runtime=(doc.get("training") or {}).get("runtime"),
+                   document=doc)
 
     def to_json(self) -> str:
         return _dumps(self.document)
