@@ -49,10 +49,9 @@ def check_hardware_name(hardware: str) -> None:
                      + f"; choose one of {', '.join(names)} or pass a .toml path")
 
 
-def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_per_node: int | None = None):
-    from autoplace.specs.hardware import DEFAULT_HARDWARE, load_hardware, parse_size
-    if hardware:
-        check_hardware_name(hardware)
+def hardware_overrides(gpu_memory: str | None = None, gpus_per_node: int | None = None) -> dict:
+    """--gpu-memory (a size with its unit) and --gpus-per-node → HardwareSpec field overrides."""
+    from autoplace.specs.hardware import parse_size
     ov = {}
     if gpu_memory:
         ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory", need_unit=True)
@@ -60,7 +59,14 @@ def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_p
         if gpus_per_node < 1:
             raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
         ov["gpus_per_node"] = gpus_per_node
-    return load_hardware(hardware or DEFAULT_HARDWARE, **ov)
+    return ov
+
+
+def resolve_hardware(hardware: str | None, gpu_memory: str | None = None, gpus_per_node: int | None = None):
+    from autoplace.specs.hardware import DEFAULT_HARDWARE, load_hardware
+    if hardware:
+        check_hardware_name(hardware)
+    return load_hardware(hardware or DEFAULT_HARDWARE, **hardware_overrides(gpu_memory, gpus_per_node))
 
 
 def hardware_note(hw, gpu_memory: str | None = None, gpus_per_node: int | None = None) -> str:

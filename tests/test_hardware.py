@@ -247,13 +247,20 @@ def test_overrides():
     hw = load_hardware("h100-sxm-80gb", memory_bytes=40 * 2**30, gpus_per_node=4)
     assert hw.memory_bytes == 40 * 2**30
     assert hw.gpus_per_node == 4
-    assert hw.scaleup_domain == base.scaleup_domain == 8   # domain kept: still ≥ gpus_per_node
+    # an HGX box's NVLink ends at the node: 4 GPUs/node make 4-GPU domains (TP 8 crosses nodes)
+    assert base.scaleup_domain == base.gpus_per_node == 8 and hw.scaleup_domain == 4
     assert hw.peak_flops == base.peak_flops and hw.intra_bw == base.intra_bw
 
 
 def test_override_gpus_per_node_widens_domain():
     hw = load_hardware("a100-80gb", gpus_per_node=16)
     assert hw.gpus_per_node == 16 and hw.scaleup_domain == 16
+
+
+def test_rack_scale_domain_kept_under_smaller_nodes():
+    base = load_hardware("gb200-nvl72")
+    hw = load_hardware("gb200-nvl72", gpus_per_node=2)
+    assert hw.gpus_per_node == 2 and hw.scaleup_domain == base.scaleup_domain == 72
 
 
 def test_none_overrides_are_ignored():

@@ -91,17 +91,9 @@ def register(app: typer.Typer) -> None:
             if hardware:
                 hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
             elif gpu_memory or gpus_per_node is not None:
-                from autoplace.specs.hardware import parse_size
-                ov = {}
-                if gpu_memory:
-                    ov["memory_bytes"] = parse_size(gpu_memory, "--gpu-memory", need_unit=True)
-                if gpus_per_node is not None:
-                    if gpus_per_node < 1:
-                        raise InputError(f"--gpus-per-node must be ≥ 1, got {gpus_per_node}")
-                    ov["gpus_per_node"] = gpus_per_node
-                    if hw.scaleup_domain == hw.gpus_per_node or hw.scaleup_domain < gpus_per_node:
-                        ov["scaleup_domain"] = gpus_per_node
-                hw = hw.with_(**ov)
+                from autoplace.resolve import hardware_overrides
+                from autoplace.specs.hardware import override_hardware
+                hw = override_hardware(hw, **hardware_overrides(gpu_memory, gpus_per_node))
             rebuild = runtime is not None or precision is not None or regime is not None or fp8_recipe is not None
             if rebuild:
                 rt = resolve_runtime(runtime, runtime_set) if runtime is not None else (

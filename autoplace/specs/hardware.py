@@ -382,6 +382,24 @@ def resolve_profile_path(name_or_path: str) -> Path:
                      f"choose one of {', '.join(available_profiles())} or pass a .toml path")
 
 
+def override_hardware(hw: HardwareSpec, **overrides) -> HardwareSpec:
+    """`hw` with field overrides (None values ignored; an unknown field is an InputError). A
+    `gpus_per_node` override moves a node-bounded NVLink domain with it (4 GPUs/node: TP 8 spans two
+    domains); a rack-scale domain (NVL72) keeps its size unless the node is larger."""
+    ov = {k: v for k, v in overrides.items() if v is not None}
+    bad = [k for k in ov if k not in _FIELDS]
+    if bad:
+        raise InputError(f"hardware override: unknown field(s) {', '.join(bad)}")
+    if not ov:
+        return hw
+    node_bound = hw.scaleup_domain == hw.gpus_per_node     # NVLink ends at the node (DGX/HGX boxes)
+    hw = hw.with_(**ov)
+    if "gpus_per_node" in ov and "scaleup_domain" not in ov and (
+            node_bound or hw.scaleup_domain < hw.gpus_per_node):
+        hw = hw.with_(scaleup_domain=hw.gpus_per_node)
+    return hw
+
+
 def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> HardwareSpec:
     path = resolve_profile_path(name_or_path)
     try:
@@ -389,19 +407,7 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE, **overrides) -> Hardware
         raw = tomllib.loads(read_text(path, "--hardware"))
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"hardware profile {path}: invalid TOML ({e})") from None
-    hw = hardware_from_dict(raw, str(path))
-    ov = {k: v for k, v in overrides.items() if v is not None}
-    bad = [k for k in ov if k not in _FIELDS]
-    if bad:
-        raise InputError(f"hardware override: unknown field(s) {', '.join(bad)}")
-    if ov:
-        node_bound = hw.scaleup_domain == hw.gpus_per_node     # NVLink ends at the node (DGX/HGX boxes)
-        hw = hw.with_(**ov)
-        if "gpus_per_node" in ov and "scaleup_domain" not in ov and (
-                node_bound or hw.scaleup_domain < hw.gpus_per_node):
-            # a node-bounded NVLink domain follows the node size (4 GPUs/node: TP 8 spans two
-            # domains); a rack-scale domain (NVL72) keeps its size unless the node is larger
-            hw = hw.with_(scaleup_domain=hw.gpus_per_node)
+    hw = override_hardware(hardware_from_dict(raw, str(path)), **overrides)
     return check_hardware(hw, f"hardware profile {path.name}")
 
 
