@@ -103,8 +103,9 @@ def test_auto_is_bounded_exact_and_prunes():
     assert full["top"].plans() == r["plans"]
 
 
-@pytest.mark.parametrize("launcher,runtime", [("megatron", "megatron-core"), ("torchtitan", "torchtitan")])
-def test_bounded_with_runtime_rules_equals_full(launcher, runtime):
+@pytest.mark.parametrize("launcher,runtime,model", [("megatron", "megatron-core", "mixtral-8x7b"),
+                                                    ("torchtitan", "torchtitan", "qwen3-30b-a3b")])
+def test_bounded_with_runtime_rules_equals_full(launcher, runtime, model):
     """A runtime's capability rules couple option groups: the evaluated plans get the second legality
     pass, and the top k is still the full enumeration's."""
     from autoplace.export.registry import get_launcher
@@ -116,7 +117,8 @@ def test_bounded_with_runtime_rules_equals_full(launcher, runtime):
     have = {r.id for r in rules}
     rules = tuple(rules + [r for r in capability_rules(rt) if r.id not in have])
     hw = load_hardware()
-    ctx = Ctx(get_preset("mixtral-8x7b"), training_spec(rt, seq_len=4096, global_batch=256), 32, hw)
+    # torchtitan runs MoE only through its registered train specs (Qwen3 MoE, not Mixtral)
+    ctx = Ctx(get_preset(model), training_spec(rt, seq_len=4096, global_batch=256), 32, hw)
     sp = space_for_runtime(rt, base=load_space("default")).with_(pp=Choice((1, 2, 4)), cp=Choice((1, 2)),
                                                                   mbs=Choice((1, 2)))
     en = enumerate_space(ctx, sp, collapse_block=True, extra_rules=rules)
