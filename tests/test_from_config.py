@@ -158,3 +158,14 @@ def test_deepspeed_example_config_equals_its_plan():
     r = CliRunner().invoke(app, ["estimate", "--from", ds, *args[:2]])
     assert r.exit_code == 1 and "leaves gradient_accumulation_steps to DeepSpeed" in r.output
     assert "add --gpus" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_api_from_file_is_the_cli_estimate():
+    import autoplace
+    ds = str(EX / "megatron_deepspeed_ds_config_gbs256_mbs8_log1_zero1.json")
+    cfg = str(EX / "gpt3_small_125m_config.json")
+    res = autoplace.estimate(autoplace.EstimateRequest(from_file=ds, model=cfg, gpus=8, seq_len=2048))
+    got = _json(["estimate", "--from", ds, "--model", cfg, "--gpus", "8", "--seq-len", "2048", "--json"])
+    assert res.document["plan"] == got["plan"] and _numbers(res.document) == pytest.approx(_numbers(got), rel=1e-12)
+    with pytest.raises(InputError, match="give one of --from, --plan, --plan-file"):
+        autoplace.estimate(autoplace.EstimateRequest(from_file=ds, plan="zero=1", gpus=8))
