@@ -67,23 +67,43 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class EstimateRequest:
-    """What `autoplace estimate` takes: a plan string, or a plan file (which fixes model and GPUs)."""
+    """What `autoplace estimate` takes (the same names as its options): a plan string, a plan file
+    (which fixes model and GPUs; the other fields given override its values), or a launcher config
+    (`from_file`, which fixes the plan)."""
     model: str | None = None
+    """Preset name or a Hugging Face config.json path (with `plan`; with `from_file` when the file names none)."""
     gpus: int | None = None
+    """World size (not needed with `plan_file`)."""
     plan: str | None = None
     """e.g. "tp=8,pp=2,zero=1,sp=1,recompute=selective,mbs=1"."""
     plan_file: str | None = None
     """plan.json, a `search --json` document or one of its entries."""
+    from_file: str | None = None
+    """A launcher config you already have (`--from`): Megatron-LM args or script, DeepSpeed JSON,
+    torchtitan TOML, accelerate YAML."""
+    params: str | None = None
+    """A bare parameter count instead of `model` (model states only), e.g. "7.5e9"."""
+    largest_layer: float | None = None
+    """Ψ_max with `params` (the DeepSpeed estimator's term)."""
     hardware: str | None = None
     gpu_memory: str | None = None
     gpus_per_node: int | None = None
+    calibration: str | None = None
+    """A calibration file (`autoplace calibrate --from-log` / `autoplace tune`): its corrections apply."""
     seq_len: int | None = None
     global_batch: int | None = None
-    precision: str = "bf16"
-    fp8_recipe: str = ""
+    precision: str | None = None
+    """bf16 (default), fp16, fp8, fp4, fp32; None keeps the file's (plan file, launcher config)."""
+    fp8_recipe: str | None = None
     regime: str | None = None
     runtime: str | None = None
     runtime_set: tuple[str, ...] = ()
+    attention: str = "flash"
+    dropout: bool = False
+    moe_capacity_factor: float = 0.0
+    """0 = dropless MoE."""
+    states_only: bool = False
+    """P+G+O memory and DP traffic only (ZeRO accounting)."""
     headroom: float = 0.0
 
 
@@ -324,31 +344,93 @@ def stats_json(stats: dict, train_note: str) -> dict:
     return out
 
 
+def resolve_estimate(req: EstimateRequest):
+    """(model, hw, train, plan, world, notes) of an estimate request; `notes` are what was read by
+    analogy (said on stderr by the CLI)."""
+    from autoplace.analysis.common import build_training, training_from_config
+    from autoplace.errors import InputError
+    from autoplace.plan import parse_plan
+    from autoplace.resolve import check_gpus, resolve_hardware, resolve_model, resolve_runtime
+    notes: list[str] = []
+    rset = list(req.runtime_set)
+    if req.from_file and (req.plan or req.plan_file):
+        raise InputError("give one of --from, --plan, --plan-file")
+    if req.from_file:
+        from autoplace.export import from_config
+        m, fc, notes = from_config.resolve(req.from_file, model=req.model, gpus=req.gpus,
+                                           gpus_per_node=req.gpus_per_node or 8)
+        world, p = fc.world, fc.plan()
+        hw = resolve_hardware(req.hardware, req.gpu_memory, req.gpus_per_node)
+        rt = resolve_runtime(req.runtime, rset) if (req.runtime or rset) else None
+        if rset and req.runtime is None:
+            rt = resolve_runtime(fc.runtime, rset)
+        train = training_from_config(fc, m, seq_len=req.seq_len, global_batch=req.global_batch,
+                                     precision=req.precision, regime=req.regime, runtime=rt,
+                                     fp8_recipe=req.fp8_recipe or "")
+        train = replace(train, attention=req.attention, dropout=req.dropout)
+    elif req.plan_file:
+        from autoplace.export.planfile import read_plan_file
+        if req.plan:
+            raise InputError("give either --plan or --plan-file, not both")
+        if req.model or req.params or req.largest_layer is not None:
+            raise InputError("--plan-file fixes the model; drop --model/--params/--largest-layer "
+                             "(or estimate with --model ... --plan ...)")
+        m, hw, train, p, world, _ = read_plan_file(req.plan_file)
+        if req.gpus is not None and req.gpus != world:
+            raise InputError(f"--gpus {req.gpus} disagrees with the plan file's {world} GPUs; drop --gpus "
+                             "(the plan file fixes the GPU count)")
+        # the fields given override the file's values
+        if req.hardware:
+            hw = resolve_hardware(req.hardware, req.gpu_memory, req.gpus_per_node)
+        elif req.gpu_memory or req.gpus_per_node is not None:
+            from autoplace.resolve import hardware_overrides
+            from autoplace.specs.hardware import override_hardware
+            hw = override_hardware(hw, **hardware_overrides(req.gpu_memory, req.gpus_per_node))
+        if (req.runtime is not None or req.precision is not None or req.regime is not None
+                or req.fp8_recipe is not None):
+            rt = resolve_runtime(req.runtime, rset) if req.runtime is not None else train.runtime
+            regime = req.regime if req.regime is not None else (None if req.runtime is not None else train.regime)
+            fp8 = req.fp8_recipe if req.fp8_recipe is not None else (
+                "" if req.precision is not None or req.runtime is not None else train.fp8_recipe)
+            t2, _ = build_training(m, req.seq_len or train.seq_len, req.global_batch or train.global_batch, None,
+                                   req.precision or train.precision, regime, world, runtime=rt, fp8_recipe=fp8)
+            train = replace(t2, attention=train.attention, dropout=train.dropout, states_only=train.states_only)
+        else:
+            if req.seq_len is not None:
+                if req.seq_len < 1:
+                    raise InputError(f"--seq-len must be ≥ 1, got {req.seq_len}")
+                train = replace(train, seq_len=req.seq_len)
+            if req.global_batch is not None:
+                if req.global_batch < 1:
+                    raise InputError(f"--global-batch must be ≥ 1, got {req.global_batch}")
+                train = replace(train, global_batch=req.global_batch)
+        if rset and req.runtime is None:
+            from autoplace.runtimes.switches import apply_settings
+            train = replace(train, runtime=apply_settings(train.rt, rset))
+    else:
+        if req.gpus is None:
+            raise InputError("--gpus is required (the world size), e.g. --gpus 64; or give --plan-file")
+        world = check_gpus(req.gpus)
+        m = resolve_model(req.model, req.params, req.largest_layer)
+        hw = resolve_hardware(req.hardware, req.gpu_memory, req.gpus_per_node)
+        p = parse_plan(req.plan)
+        global_batch = req.global_batch
+        if global_batch is None and (req.states_only or m.states_only):
+            r = p.resolved(world)     # ZeRO accounting: no gradient accumulation (m = 1)
+            global_batch = max(r.dp, 1) * r.mbs
+        train, _ = build_training(m, req.seq_len, global_batch, None, req.precision or "bf16", req.regime, world,
+                                  runtime=resolve_runtime(req.runtime, rset), fp8_recipe=req.fp8_recipe)
+        train = replace(train, attention=req.attention, dropout=req.dropout, states_only=req.states_only,
+                        moe_capacity_factor=req.moe_capacity_factor)
+    if req.calibration:
+        from autoplace.profile.corrections import apply_to_hardware
+        hw = apply_to_hardware(hw, req.calibration)
+    return m, hw, train, p, world, list(notes)
+
+
 def _specs(req: EstimateRequest):
     """(model, hw, train, plan, world) of an estimate request."""
-    from autoplace.errors import InputError
-    if req.plan_file:
-        if req.plan:
-            raise InputError("give either plan or plan_file, not both")
-        from autoplace.export.planfile import read_plan_file
-        m, hw, train, p, world, _ = read_plan_file(req.plan_file)
-        return m, hw, train, p, world
-    from autoplace.analysis.common import build_training
-    from autoplace.plan import parse_plan
-    from autoplace.resolve import check_gpus, resolve_hardware, resolve_model
-    if req.gpus is None:
-        raise InputError("gpus is required (the world size), or give plan_file")
-    world = check_gpus(req.gpus)
-    m = resolve_model(req.model, None)
-    hw = resolve_hardware(req.hardware, req.gpu_memory, req.gpus_per_node)
-    rt = req.runtime
-    if req.runtime_set:
-        from autoplace.runtimes import load_runtime
-        from autoplace.runtimes.switches import apply_settings
-        rt = apply_settings(load_runtime(rt), list(req.runtime_set))
-    train, _ = build_training(m, req.seq_len, req.global_batch, None, req.precision, req.regime, world,
-                              runtime=rt, fp8_recipe=req.fp8_recipe)
-    return m, hw, train, parse_plan(req.plan), world
+    return resolve_estimate(req)[:5]
 
 
 def estimate(req: EstimateRequest) -> PlanResult:

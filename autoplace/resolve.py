@@ -83,3 +83,14 @@ def check_gpus(gpus: int) -> int:
     if gpus is None or gpus < 1:
         raise InputError(f"--gpus must be a positive integer, got {gpus}")
     return gpus
+
+
+def resolve_runtime(runtime, runtime_set):
+    """--runtime NAME|PATH plus --runtime-set settings → what build_training/search take: the name
+    unchanged without settings, else the RuntimeSpec with them applied (default runtime when
+    --runtime is not given; `autoplace.runtimes.switches`)."""
+    if not runtime_set:
+        return runtime
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    return apply_settings(load_runtime(runtime), runtime_set)

@@ -138,3 +138,34 @@ def test_accelerate_example_config_equals_its_plan():
     want = _json(["estimate", "--gpus", "2", "--plan", "zero=3,reshard_after_forward=1,mbs=1", "--runtime",
                   "accelerate", "--global-batch", "2", *args])
     assert got["plan"] == want["plan"] and _numbers(got) == pytest.approx(_numbers(want), rel=1e-12)
+
+
+def test_deepspeed_example_config_equals_its_plan():
+    # Megatron-DeepSpeed examples_deepspeed/rebase/ds_config_gbs256_mbs8_log1_zero1.json: ZeRO-1, fp16,
+    # global batch 256, micro-batch 8, accumulation left to DeepSpeed (256 / (8 × 8 GPUs) = 4); the model
+    # (GPT-3 Small 125M) and seq 2048 from the launch script beside it (see data/launcher_examples/SOURCES.md)
+    ds = str(EX / "megatron_deepspeed_ds_config_gbs256_mbs8_log1_zero1.json")
+    args = ["--model", str(EX / "gpt3_small_125m_config.json"), "--gpus", "8", "--seq-len", "2048", "--json"]
+    r = CliRunner().invoke(app, ["estimate", "--from", ds, *args])
+    assert r.exit_code == 0, r.output[-600:]
+    assert "micro-batch 8, gradient accumulation 4, global batch 256" in r.stderr
+    got = json.loads(r.stdout)
+    want = _json(["estimate", "--plan", "zero=1,mbs=8", "--runtime", "deepspeed", "--precision", "fp16",
+                  "--global-batch", "256", *args])
+    assert got["plan"] == want["plan"] and got["plan"]["dp"] == 8 and got["plan"]["zero"] == 1
+    assert got["training"]["precision"] == "fp16" and got["training"]["global_batch"] == 256
+    assert _numbers(got) == pytest.approx(_numbers(want), rel=1e-12)
+    r = CliRunner().invoke(app, ["estimate", "--from", ds, *args[:2]])
+    assert r.exit_code == 1 and "leaves gradient_accumulation_steps to DeepSpeed" in r.output
+    assert "add --gpus" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_api_from_file_is_the_cli_estimate():
+    import autoplace
+    ds = str(EX / "megatron_deepspeed_ds_config_gbs256_mbs8_log1_zero1.json")
+    cfg = str(EX / "gpt3_small_125m_config.json")
+    res = autoplace.estimate(autoplace.EstimateRequest(from_file=ds, model=cfg, gpus=8, seq_len=2048))
+    got = _json(["estimate", "--from", ds, "--model", cfg, "--gpus", "8", "--seq-len", "2048", "--json"])
+    assert res.document["plan"] == got["plan"] and _numbers(res.document) == pytest.approx(_numbers(got), rel=1e-12)
+    with pytest.raises(InputError, match="give one of --from, --plan, --plan-file"):
+        autoplace.estimate(autoplace.EstimateRequest(from_file=ds, plan="zero=1", gpus=8))

@@ -115,4 +115,9 @@ def test_docs_site_builds_strict(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     cli = (tmp_path / "site" / "cli" / "index.html").read_text(encoding="utf-8")
     assert "autoplace search" in cli and "--plan-file" in cli          # generated from the typer app
+    api = (tmp_path / "site" / "api_reference" / "index.html").read_text(encoding="utf-8")
+    import autoplace.api
+    for name in autoplace.api.__all__:                                    # generated from the docstrings
+        assert f'id="autoplace.api.{name}"' in api, name
+    assert "World size." in api and "What <code>autoplace search</code> takes" in api
     assert (ROOT / "README.md").stat().st_size <= 20_000

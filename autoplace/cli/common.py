@@ -16,6 +16,7 @@ from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the lib
     hardware_note,
     resolve_hardware,
     resolve_model,
+    resolve_runtime,
 )
 
 
@@ -53,12 +54,3 @@ RUNTIME_SET_HELP = ("SWITCH=VALUE over the runtime, repeatable: cuda_graphs=true
                     "hybridep|allgather, fp8_attention=true, or any section.key=value of its file")
 
 
-def resolve_runtime(runtime, runtime_set):
-    """--runtime NAME|PATH plus --runtime-set settings → what build_training/search take: the name
-    unchanged without settings, else the RuntimeSpec with them applied (default runtime when
-    --runtime is not given; `autoplace.runtimes.switches`)."""
-    if not runtime_set:
-        return runtime
-    from autoplace.runtimes import load_runtime
-    from autoplace.runtimes.switches import apply_settings
-    return apply_settings(load_runtime(runtime), runtime_set)

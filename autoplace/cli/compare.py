@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from autoplace.cli.common import check_gpus, cli_errors, print_json, resolve_hardware, resolve_model
+from autoplace.cli.common import cli_errors, print_json
 from autoplace.cli.visuals import PLOT_HELP, REPORT_HELP, check_outputs, emit
 
 GIB = 2**30
@@ -77,11 +77,9 @@ def register(app: typer.Typer) -> None:
         report: Optional[str] = typer.Option(None, "--report", help=REPORT_HELP),
     ):
         """Two plans side by side: memory per stage, step-time terms, communication, and what decides it."""
-        from autoplace.analysis.common import build_training
-        from autoplace.analysis.compare import compare_docs
+        from autoplace.api import EstimateRequest, resolve_estimate
+        from autoplace.api import compare as compare_plans
         from autoplace.errors import InputError
-        from autoplace.estimate import estimate
-        from autoplace.plan import parse_plan
         check_outputs(plot, report)
         plans, files = list(plan or []), list(plan_file or [])
         if len(plans) + len(files) != 2:
@@ -92,23 +90,13 @@ def register(app: typer.Typer) -> None:
         labels = labels or ["A", "B"]
         if labels[0] == labels[1]:
             raise InputError("--label: the two names must differ")
-        entries = []
-        if plans:
-            if model is None or gpus is None:
-                raise InputError("--plan needs --model and --gpus (or compare two --plan-file)")
-            world = check_gpus(gpus)
-            m = resolve_model(model, None)
-            hw = resolve_hardware(hardware, gpu_memory, gpus_per_node)
-            train, _ = build_training(m, seq_len, global_batch, None, precision, regime, world)
-            for text in plans:
-                p = parse_plan(text).resolved(world)
-                entries.append((m, hw, train, p, world))
-        for f in files:
-            from autoplace.export.planfile import read_plan_file
-            m2, hw2, train2, p2, world2, _ = read_plan_file(f)
-            entries.append((m2, hw2, train2, p2.resolved(world2), world2))
-        docs = [estimate(*e[:4], e[4], headroom) for e in entries]
-        cmp = compare_docs(docs[0], docs[1], labels)
+        if plans and (model is None or gpus is None):
+            raise InputError("--plan needs --model and --gpus (or compare two --plan-file)")
+        reqs = [EstimateRequest(model=model, gpus=gpus, plan=text, hardware=hardware, gpu_memory=gpu_memory,
+                                gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+                                precision=precision, regime=regime, headroom=headroom) for text in plans]
+        reqs += [EstimateRequest(plan_file=f, headroom=headroom) for f in files]
+        cmp = compare_plans(reqs[0], reqs[1], (labels[0], labels[1])).document
         if as_json:
             print_json(cmp)
         else:
@@ -118,7 +106,11 @@ def register(app: typer.Typer) -> None:
                 con = Console(width=150)
             render(cmp, con)
         if plot or report:
-            _visuals(cmp, entries, docs, labels, plot, report)
+            entries = []
+            for r in reqs:
+                m, hw, train, p, world, _ = resolve_estimate(r)
+                entries.append((m, hw, train, p.resolved(world), world))
+            _visuals(cmp, entries, list(cmp["documents"]), labels, plot, report)
 
 
 def _visuals(cmp, entries, docs, labels, plot, report) -> None:

@@ -2,7 +2,8 @@
 same readers the export round-trip tests use (`autoplace.export.readback`).
 
 Read: a Megatron-LM argument list or launch script (`--tensor-model-parallel-size …`), a DeepSpeed
-JSON (`train_batch_size`, `zero_optimization`, …; its model from `--model`), a torchtitan 0.2 TOML job
+JSON (`train_batch_size`, `zero_optimization`, …; its model from `--model`; batch sizes it leaves out
+completed as DeepSpeed does from `--gpus`), a torchtitan 0.2 TOML job
 config (`[parallelism]`, `[training]`, `[model]` name + flavor), an accelerate YAML (`distributed_type`,
 `fsdp_config`; its model from `--model`, micro-batch and accumulation from a launch script beside it or
 the defaults 1 / 1, said in the notes). The runtime is the launcher's (`megatron-core`, `deepspeed`,
@@ -202,14 +203,24 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8,
             return FromConfig(kind, str(p), q, world, seq, shape, flags=flags)
         if kind == "deepspeed":
             c = json.loads(text)
-            B, mbs, gas = c.get("train_batch_size"), c.get("train_micro_batch_size_per_gpu"), \
-                c.get("gradient_accumulation_steps")
-            if not all(isinstance(x, int) for x in (B, mbs, gas)):
+            keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+            if not all(c.get(k) is None or type(c.get(k)) is int for k in keys):
                 raise _err(p, "train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps "
                               "must all be integers (autoplace does not read 'auto')")
-            dp = B // (mbs * gas)
-            world = gpus or dp
-            notes = [] if gpus else [f"GPU count read as the data-parallel degree {dp} (no --gpus)"]
+            notes = []
+            if all(c.get(k) is not None for k in keys):
+                dp = c[keys[0]] // (c[keys[1]] * c[keys[2]])
+                world = gpus or dp
+                if not gpus:
+                    notes.append(f"GPU count read as the data-parallel degree {dp} (no --gpus)")
+            else:
+                world = gpus or default_gpus
+                left = " and ".join(k for k in keys if c.get(k) is None)
+                if world is None:
+                    raise _err(p, f"leaves {left} to DeepSpeed, which derives it from the GPU count; add --gpus")
+                B, mbs, gas = rb.deepspeed_batch(c, world)
+                notes.append(f"{left} completed as DeepSpeed does over {world} data-parallel GPUs: "
+                             f"micro-batch {mbs}, gradient accumulation {gas}, global batch {B}")
             q = rb.read_deepspeed(text, world, layers)
             if (c.get("fp16") or {}).get("enabled") is True:
                 q["_precision"] = "fp16"

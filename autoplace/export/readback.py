@@ -162,9 +162,41 @@ def read_env(text: str) -> dict:
 
 
 # ---- DeepSpeed JSON --------------------------------------------------------------------------------
+def deepspeed_batch(c: dict, dp: int | None) -> tuple[int, int, int]:
+    """(train_batch_size, micro-batch, accumulation steps) as DeepSpeed completes them
+    (deepspeed/runtime/config.py `_set_batch_related_parameters`): with all three given, as given;
+    otherwise the missing ones from the data-parallel size `dp`: B = mbs·gas·dp, gas = B/(mbs·dp),
+    mbs = B/(gas·dp); gas defaults to 1 when only one of B, mbs is given. Raises ValueError when
+    neither B nor mbs is given, when `dp` is needed and None, or when the three do not multiply out."""
+    B, mbs, gas = (c.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"))
+    if B is not None and mbs is not None and gas is not None:
+        return B, mbs, gas
+    if B is None and mbs is None:
+        raise ValueError("give train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs one)")
+    if dp is None:
+        raise ValueError("DeepSpeed completes the batch sizes from the GPU count")
+    if B is None:
+        gas = gas or 1
+        B = mbs * gas * dp
+    elif mbs is None:
+        gas = gas or 1
+        mbs = B // (gas * dp)
+    else:
+        gas = B // (mbs * dp)
+    if not (mbs >= 1 and gas >= 1 and B == mbs * gas * dp):
+        raise ValueError(f"train_batch_size {B} is not micro-batch {mbs} × accumulation {gas} × "
+                         f"{dp} data-parallel GPUs")
+    return B, mbs, gas
+
+
 def read_deepspeed(text: str, world: int, layers: int | None) -> dict:
+    """A DeepSpeed JSON. With all three batch sizes given, dp = B/(mbs·gas) and the rest of `world` is
+    pipeline; with some left to DeepSpeed, the JSON alone is data parallel over `world` GPUs."""
     c = json.loads(text)
-    B, mbs, gas = c["train_batch_size"], c["train_micro_batch_size_per_gpu"], c["gradient_accumulation_steps"]
+    full = all(c.get(k) is not None for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                               "gradient_accumulation_steps"))
+    B, mbs, gas = deepspeed_batch(c, None if full else world)
     assert B % (mbs * gas) == 0
     dp = B // (mbs * gas)
     pp = world // dp
