@@ -4,7 +4,7 @@
 # option without matplotlib must be one line naming the extra; a `pip install --target` copy must find
 # its data files.
 set -euo pipefail
-PY="$1"; WHL="$2"
+PY="$1"; WHL="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"   # absolute: the script works in a temp folder
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install -q "$WHL"
