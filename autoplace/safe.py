@@ -311,3 +311,60 @@ def json_depth_ok(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
         if depth > limit:
             return False
     return True
+
+
+# ---- signals and child processes ----------------------------------------------------------------
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _raise_terminated(signum, frame):
+    from autoplace.errors import Terminated
+    raise Terminated(signum)
+
+
+class signals_as_exceptions:
+    """While active (main thread only): SIGTERM and SIGHUP raise `errors.Terminated`, so a `timeout`
+    wrapper, a closed terminal or a cancelled batch job unwinds the command like Ctrl-C does —
+    `finally` blocks end worker pools and remove temp files (`io.atomic_write`). Restores the old
+    handlers on exit."""
+
+    def __enter__(self):
+        import signal
+        import threading
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():
+            for name in _STOP_SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    self._old[sig] = signal.signal(sig, _raise_terminated)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+        return False
+
+
+def die_with_parent() -> None:
+    """In a child process: SIGTERM when the parent dies, even by SIGKILL (Linux PR_SET_PDEATHSIG);
+    a no-op elsewhere."""
+    import signal
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):                   # pragma: no cover - not Linux
+        pass
+
+
+def quiet_worker() -> None:
+    """Initializer of a forked worker pool: SIGTERM / SIGHUP back to their default (die quietly — the
+    parent ends the pool with SIGTERM), Ctrl-C ignored (the parent handles it for the group), and the
+    worker dies with its parent. No worker prints a traceback when a command is interrupted."""
+    import signal
+    for name in _STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()

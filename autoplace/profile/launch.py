@@ -28,6 +28,7 @@ from pathlib import Path
 from autoplace.io import append_jsonl, read_jsonl
 from autoplace.profile.report import build_record
 from autoplace.profile.settings import DEFAULTS, selective_policy
+from autoplace.safe import die_with_parent as _die_with_parent
 
 
 def worker_env(env: dict | None = None) -> dict:
@@ -88,16 +89,6 @@ def _kill(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
         except ProcessLookupError:
             pass
     proc.wait()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the planning process dies, even by SIGKILL (Linux
-    PR_SET_PDEATHSIG); torchrun then ends its workers."""
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):                   # pragma: no cover - not Linux
-        pass
 
 
 class _Terminated(BaseException):
