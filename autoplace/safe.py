@@ -368,3 +368,37 @@ def quiet_worker() -> None:
             signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid`, read from Linux /proc (empty elsewhere). torchrun starts each
+    worker in a session of its own, so its process group does not hold them."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    new = {int(x) for x in f.read().split()} - out
+            except (OSError, ValueError):
+                continue
+            out |= new
+            todo += new
+    return out
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie awaiting its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
