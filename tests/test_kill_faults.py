@@ -156,8 +156,10 @@ def _pgroup(pgid: int) -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-def test_profile_killed_with_real_torch_workers_leaves_nothing_running(tmp_path, sig):
+@pytest.mark.parametrize("sig,when", [("SIGTERM", "training"), ("SIGINT", "starting")])
+def test_profile_killed_with_real_torch_workers_leaves_nothing_running(tmp_path, sig, when):
+    """SIGTERM once the torch workers are in the training loop; Ctrl-C while they are still starting
+    (both worker processes exist, importing torch / joining the gloo group)."""
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "autoplace", "profile", "--model", "llama-tiny", "--gpus", "2",
             "--plan", "zero=3", "--plan", "zero=1", "--backend", "gloo", "--steps", "100000", "--warmup", "0",
@@ -166,8 +168,10 @@ def test_profile_killed_with_real_torch_workers_leaves_nothing_running(tmp_path,
     progress = out / "work" / "launch1.progress.jsonl"
     t0 = time.time()
     while time.time() - t0 < 90 and p.poll() is None:
-        if progress.exists() and '"start"' in progress.read_text():
+        if when == "training" and progress.exists() and '"start"' in progress.read_text():
             break                                        # the torch workers are in the training loop
+        if when == "starting" and len(_children(p.pid)) >= 3:
+            break                                        # torchrun and its 2 workers exist
         time.sleep(0.05)
     else:
         p.kill()
