@@ -158,7 +158,7 @@ def number(v: object, field: str, *, lo: float | None = None, hi: float | None =
     except OverflowError:
         x = math.inf
     if not math.isfinite(x):
-        raise InputError(f"{field} must be a finite number, got {_short(v)}" + (f"; {fix}" if fix else ""))
+        raise InputError(f"{field} must be a finite number, got {short_number(v)}" + (f"; {fix}" if fix else ""))
     _range(x, v, field, lo, hi, lo_open, fix)
     return x
 
@@ -180,10 +180,13 @@ def integer(v: object, field: str, *, lo: int | None = None, hi: int | None = No
 
 def fmt(x: float) -> str:
     """1048576 → '1,048,576'; 0.95 → '0.95'."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
-def _short(v) -> str:
+def short_number(v) -> str:
+    """An offending value for an error line: an int exactly (1,000,001), a long one by its digit count."""
     s = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else repr(v)
     return s if len(s) <= 24 else f"a {len(s)}-digit number"
 
@@ -191,9 +194,9 @@ def _short(v) -> str:
 def _range(x, v, field, lo, hi, lo_open, fix):
     tail = f"; {fix}" if fix else ""
     if lo is not None and (x <= lo if lo_open else x < lo):
-        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {fmt(lo)}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {fmt(lo)}, got {short_number(v)}{tail}")
     if hi is not None and x > hi:
-        raise InputError(f"{field} must be ≤ {fmt(hi)}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be ≤ {fmt(hi)}, got {short_number(v)}{tail}")
 
 
 ROUNDING = 1e-9
