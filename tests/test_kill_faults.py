@@ -127,7 +127,7 @@ def test_sigterm_while_the_report_is_written_removes_the_temp_file(tmp_path, mon
         os.kill(os.getpid(), signal.SIGTERM)
         return real_replace(src, dst)
     monkeypatch.setattr(io.os, "replace", replace)
-    r = CliRunner().invoke(app, ["sweep", "--model", "7b", "--gpus", "8,16", "--workers", "1",
+    r = CliRunner().invoke(app, ["sweep", "--model", "7b", "--gpus", "8", "--workers", "1",
                                  "--report", str(report)])
     assert seen == [True]
     assert r.exit_code == 143, r.output
