@@ -201,3 +201,24 @@ def test_profile_killed_with_real_torch_workers_leaves_nothing_running(tmp_path,
     after = results.read_bytes() if results.exists() else b""
     assert after == before                             # nothing appended after the kill
     assert all(json.loads(x)["index"] != 1 for x in after.decode().splitlines())
+
+
+def test_kill_ends_a_worker_in_its_own_session_that_ignores_sigterm(tmp_path):
+    """torch elastic starts each worker with a session of its own, outside torchrun's group: a worker
+    (and a torchrun) that ignores SIGTERM is still killed after the grace period."""
+    from autoplace.profile.launch import _kill, _start
+    script = "trap '' TERM; setsid sh -c \"trap '' TERM; sleep 300\" & wait"
+    with open(tmp_path / "err.txt", "w") as errf:
+        proc = _start(["sh", "-c", script], errf, dict(os.environ))
+        t0, kids = time.time(), set()
+        while not kids and time.time() - t0 < 10:
+            kids = _children(proc.pid)
+            time.sleep(0.02)
+        worker = [k for k in kids if os.getpgid(k) != proc.pid]
+        assert worker, kids                              # a worker outside torchrun's process group
+        t0 = time.time()
+        _kill(proc, grace_s=0.5)
+    left = _wait_gone(kids, 3)
+    _kill_all(left)
+    assert not left and proc.returncode == -9
+    assert time.time() - t0 < 5
