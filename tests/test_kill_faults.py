@@ -222,3 +222,26 @@ def test_kill_ends_a_worker_in_its_own_session_that_ignores_sigterm(tmp_path):
     _kill_all(left)
     assert not left and proc.returncode == -9
     assert time.time() - t0 < 5
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_search_workers_end_with_the_command(tmp_path, sig):
+    """`search --workers 2`: the exhaustive search's pool ends with the command, silently."""
+    argv = [sys.executable, "-m", "autoplace", "search", "--model", "70b", "--gpus", "4096", "--workers", "2",
+            "--method", "exhaustive", "--json"]
+    p = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    t0, kids = time.time(), set()
+    while len(kids) < 2 and time.time() - t0 < 60 and p.poll() is None:
+        kids = _children(p.pid)
+        time.sleep(0.02)
+    assert len(kids) == 2, p.communicate()[1].decode()[-500:]
+    if sig == "SIGINT":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    left = _wait_gone(kids, 5)
+    _kill_all(left)
+    assert not left and p.returncode == EXPECT[sig] and out == b""
+    assert err.decode().startswith("error: search ") and err.decode().strip().count("\n") == 0, err
