@@ -11,6 +11,8 @@
 |      | express it (`export`, `search --emit`), or a profiled run did not end ok  | `EXIT_REFUSED`         |
 |   64 | usage error: unknown option, missing or malformed option value (click/    | typer's usage errors   |
 |      | typer; BSD `EX_USAGE`)                                                    |                        |
+|  130 | interrupted: Ctrl-C / SIGINT (128 + signal number, the shell convention)  | `KeyboardInterrupt`    |
+|  143 | terminated: SIGTERM (129: SIGHUP); outputs are whole or untouched         | `Terminated`           |
 
 Every `AutoplaceError` carries its `exit_code`; `autoplace.cli.common.cli_errors` prints the message
 as one line and exits with it, never with a traceback. Code 1 is bad input throughout, including an
@@ -29,9 +31,12 @@ EXIT_NO_FEASIBLE = 3
 EXIT_REFUSED = 4
 """A legal plan that a launcher refused, or a profiled run that did not end ok."""
 EXIT_USAGE = 64
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT): 128 + 2; SIGTERM gives 143 and SIGHUP 129 (128 + the signal number)."""
 EXIT_CODES = {EXIT_OK: "ok", EXIT_INPUT: "bad input", EXIT_ILLEGAL: "illegal plan",
               EXIT_NO_FEASIBLE: "no feasible plan", EXIT_REFUSED: "not carried out (launcher refused)",
-              EXIT_USAGE: "usage error"}
+              EXIT_USAGE: "usage error",
+              EXIT_INTERRUPTED: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)", 129: "hung up (SIGHUP)"}
 
 
 class AutoplaceError(Exception):
@@ -67,3 +72,13 @@ class LauncherRefusedError(AutoplaceError):
         self.launcher = launcher
         self.reasons = list(reasons)
         super().__init__(f"{launcher} cannot express this plan: " + "; ".join(self.reasons))
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP to the command (`autoplace.safe.signals_as_exceptions`): unwinds like Ctrl-C, so
+    worker pools are ended and temp files removed; the CLI exits with 128 + `signum`. A BaseException,
+    like KeyboardInterrupt, so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = int(signum)

@@ -158,7 +158,7 @@ def number(v: object, field: str, *, lo: float | None = None, hi: float | None =
     except OverflowError:
         x = math.inf
     if not math.isfinite(x):
-        raise InputError(f"{field} must be a finite number, got {_short(v)}" + (f"; {fix}" if fix else ""))
+        raise InputError(f"{field} must be a finite number, got {short_number(v)}" + (f"; {fix}" if fix else ""))
     _range(x, v, field, lo, hi, lo_open, fix)
     return x
 
@@ -180,10 +180,13 @@ def integer(v: object, field: str, *, lo: int | None = None, hi: int | None = No
 
 def fmt(x: float) -> str:
     """1048576 → '1,048,576'; 0.95 → '0.95'."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
-def _short(v) -> str:
+def short_number(v) -> str:
+    """An offending value for an error line: an int exactly (1,000,001), a long one by its digit count."""
     s = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else repr(v)
     return s if len(s) <= 24 else f"a {len(s)}-digit number"
 
@@ -191,9 +194,9 @@ def _short(v) -> str:
 def _range(x, v, field, lo, hi, lo_open, fix):
     tail = f"; {fix}" if fix else ""
     if lo is not None and (x <= lo if lo_open else x < lo):
-        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {fmt(lo)}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be {'>' if lo_open else '≥'} {fmt(lo)}, got {short_number(v)}{tail}")
     if hi is not None and x > hi:
-        raise InputError(f"{field} must be ≤ {fmt(hi)}, got {_short(v)}{tail}")
+        raise InputError(f"{field} must be ≤ {fmt(hi)}, got {short_number(v)}{tail}")
 
 
 ROUNDING = 1e-9
@@ -311,3 +314,94 @@ def json_depth_ok(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
         if depth > limit:
             return False
     return True
+
+
+# ---- signals and child processes ----------------------------------------------------------------
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _raise_terminated(signum, frame):
+    from autoplace.errors import Terminated
+    raise Terminated(signum)
+
+
+class signals_as_exceptions:
+    """While active (main thread only): SIGTERM and SIGHUP raise `errors.Terminated`, so a `timeout`
+    wrapper, a closed terminal or a cancelled batch job unwinds the command like Ctrl-C does —
+    `finally` blocks end worker pools and remove temp files (`io.atomic_write`). Restores the old
+    handlers on exit."""
+
+    def __enter__(self):
+        import signal
+        import threading
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():
+            for name in _STOP_SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    self._old[sig] = signal.signal(sig, _raise_terminated)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+        return False
+
+
+def die_with_parent() -> None:
+    """In a child process: SIGTERM when the parent dies, even by SIGKILL (Linux PR_SET_PDEATHSIG);
+    a no-op elsewhere."""
+    import signal
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):                   # pragma: no cover - not Linux
+        pass
+
+
+def quiet_worker() -> None:
+    """Initializer of a forked worker pool: SIGTERM / SIGHUP back to their default (die quietly — the
+    parent ends the pool with SIGTERM), Ctrl-C ignored (the parent handles it for the group), and the
+    worker dies with its parent. No worker prints a traceback when a command is interrupted."""
+    import signal
+    for name in _STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid`, read from Linux /proc (empty elsewhere). torchrun starts each
+    worker in a session of its own, so its process group does not hold them."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    new = {int(x) for x in f.read().split()} - out
+            except (OSError, ValueError):
+                continue
+            out |= new
+            todo += new
+    return out
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie awaiting its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False

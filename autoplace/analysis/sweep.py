@@ -151,7 +151,8 @@ def run_sweep(model, hws: list, points: list[Point], space, cfg: SweepConfig, pr
         order = sorted(range(n), key=lambda i: -points[i].gpus)       # largest searches first
         _JOB = (model, hws, points, space, cfg, prices)
         try:
-            with mp.get_context("fork").Pool(w) as pool:
+            from autoplace.safe import quiet_worker
+            with mp.get_context("fork").Pool(w, initializer=quiet_worker) as pool:   # ended on any exit
                 for k, (i, row) in enumerate(pool.imap_unordered(_work, order, chunksize=1)):
                     rows[i] = row
                     if progress is not None:

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from autoplace.errors import AutoplaceError
+from autoplace.errors import EXIT_INTERRUPTED, AutoplaceError, Terminated
 from autoplace.io import atomic_write, to_jsonable  # noqa: F401  (re-exported for the commands)
 from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the library resolvers)
     check_gpus,
@@ -23,14 +23,25 @@ from autoplace.resolve import (  # noqa: E402,F401  (the CLI's names for the lib
 def cli_errors(fn):
     """Check the command's numeric options (`autoplace.safe.check_cli_numbers`), then turn library
     errors into one line on stderr (control characters and terminal escapes removed) and the error's
-    exit code — never a traceback."""
-    from autoplace.safe import MAX_PATH, check_cli_numbers, one_line
+    exit code — never a traceback. Ctrl-C, SIGTERM and SIGHUP unwind the command (worker pools ended,
+    temp files removed) and end it with one line and 128 + the signal number (130, 143, 129)."""
+    from autoplace.safe import MAX_PATH, check_cli_numbers, one_line, signals_as_exceptions
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
-            check_cli_numbers(fn.__name__, kw)
-            return fn(*a, **kw)
+            with signals_as_exceptions():
+                check_cli_numbers(fn.__name__, kw)
+                return fn(*a, **kw)
+        except KeyboardInterrupt:
+            typer.echo(f"error: {fn.__name__} interrupted (Ctrl-C); no file was left half-written",
+                       err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Terminated as e:
+            import signal
+            typer.echo(f"error: {fn.__name__} stopped by {signal.Signals(e.signum).name}; no file was left "
+                       "half-written", err=True)
+            raise typer.Exit(128 + e.signum) from None
         except AutoplaceError as e:
             typer.echo(f"error: {one_line(e, 4000)}", err=True)
             raise typer.Exit(e.exit_code)

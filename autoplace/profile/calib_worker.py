@@ -21,7 +21,6 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 
 def _timeit(fn, sync, repeats: int, warmup: int = 2, min_time: float = 0.0):
@@ -339,7 +338,8 @@ def main(argv=None) -> int:
                "device": device_info(rt.device), "software": software_versions(rt.backend),
                "quick": bool(args.quick), "wall_s": time.time() - t0,
                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        Path(args.raw).write_text(json.dumps(raw, indent=1))
+        from autoplace.io import atomic_write
+        atomic_write(args.raw, json.dumps(raw, indent=1))
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -28,6 +28,8 @@ from pathlib import Path
 from autoplace.io import append_jsonl, read_jsonl
 from autoplace.profile.report import build_record
 from autoplace.profile.settings import DEFAULTS, selective_policy
+from autoplace.safe import alive, descendants, signals_as_exceptions
+from autoplace.safe import die_with_parent as _die_with_parent
 
 
 def worker_env(env: dict | None = None) -> dict:
@@ -66,46 +68,34 @@ def _error_lines(text: str, limit: int = 4000) -> str:
 
 
 def _kill(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """End torchrun's whole process group: SIGTERM, then SIGKILL for whatever is still alive after
-    `grace_s` (torchrun itself or any worker that outlived it)."""
+    """End torchrun and every worker: SIGTERM to torchrun's process group (torchrun passes it on to its
+    workers, which torch elastic starts in sessions of their own), then SIGKILL after `grace_s` to the
+    group and to every worker (and its group) still alive."""
     pgid = proc.pid
+    workers = descendants(pgid)
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        proc.poll()
-        return
+        pass
     deadline = time.time() + grace_s
     while time.time() < deadline:
         proc.poll()
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            break
+            workers = {w for w in workers if alive(w)}
+            if not workers:
+                break
         time.sleep(0.05)
     else:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for g in {pgid} | workers:
+            for kill in (os.killpg, os.kill):          # the worker's own group, else the worker
+                try:
+                    kill(g, signal.SIGKILL)
+                    break
+                except (ProcessLookupError, PermissionError):
+                    pass
     proc.wait()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the planning process dies, even by SIGKILL (Linux
-    PR_SET_PDEATHSIG); torchrun then ends its workers."""
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):                   # pragma: no cover - not Linux
-        pass
-
-
-class _Terminated(BaseException):
-    """SIGTERM / SIGHUP to the planning process: unwinds run_plans so it ends the torchrun group."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated(signum)
 
 
 def _start(argv, errf, penv) -> subprocess.Popen:
@@ -120,19 +110,8 @@ def run_plans(model, plans, nproc: int, **kw) -> list[dict]:
     torchrun runs in its own process group, which is ended (SIGTERM, then SIGKILL) on every way out:
     a plan past its timeout, Ctrl-C, SIGTERM or SIGHUP to this process (a `timeout` wrapper, a closed
     terminal), an exception; the planning process dying outright sends torchrun SIGTERM."""
-    import threading
-    main = threading.current_thread() is threading.main_thread()
-    old = {}
-    if main:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            old[sig] = signal.signal(sig, _raise_terminated)
-    try:
+    with signals_as_exceptions():          # SIGTERM / SIGHUP unwind like Ctrl-C: errors.Terminated
         return _run_plans(model, plans, nproc, **kw)
-    except _Terminated as e:
-        raise SystemExit(128 + int(e.args[0])) from None
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def _run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: str | Path,

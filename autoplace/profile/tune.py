@@ -292,8 +292,9 @@ def run_slurm(study, url: str, n: int, workdir: Path, *, heartbeat_s: int, grace
     script = workdir / "tune.sbatch"
     trials = waiting_numbers(study)
     n = len(trials)
-    script.write_text(sbatch_script(url, study.study_name, n, workdir, heartbeat_s=heartbeat_s, grace_s=grace_s,
-                                    timeout_s=timeout_s, partition=partition, gpus=gpus, trials=trials))
+    from autoplace.io import atomic_write
+    atomic_write(script, sbatch_script(url, study.study_name, n, workdir, heartbeat_s=heartbeat_s, grace_s=grace_s,
+                                       timeout_s=timeout_s, partition=partition, gpus=gpus, trials=trials))
     r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if r.returncode != 0:
         raise InputError(f"--executor slurm: sbatch failed: {(r.stderr or r.stdout).strip()[:300]}")

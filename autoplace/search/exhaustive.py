@@ -231,7 +231,8 @@ def run_exhaustive(ctx, hw, space, headroom: float = 0.0, top_k: int = 5, chunk:
             tasks = [list(range(i, len(specs), n_tasks)) for i in range(n_tasks)]
             _JOB = (ctx, hw, space, headroom, top_k, en, specs, separable, threshold, families)
             try:
-                with mctx.Pool(n_workers) as pool:
+                from autoplace.safe import quiet_worker
+                with mctx.Pool(n_workers, initializer=quiet_worker) as pool:     # ended on any exit
                     done = 0
                     for part in pool.imap(_work, tasks):
                         parts.append(part)

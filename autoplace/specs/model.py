@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autoplace.errors import InputError
-from autoplace.safe import MAX_WIDTH
+from autoplace.safe import MAX_WIDTH, short_number
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class ModelSpec:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"model.{f} must be a positive integer, got {safe.one_line(repr(v), 40)}")
             if v > hi:
-                raise InputError(f"model.{f} must be ≤ {hi:,}, got {v:.4g}; check the config")
+                raise InputError(f"model.{f} must be ≤ {hi:,}, got {safe.short_number(v)}; check the config")
         for f in ("kv_heads", "head_dim", "top_k"):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_WIDTH):
@@ -134,7 +134,7 @@ class ModelSpec:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InputError(f"model.{f} must be a non-negative integer, got {v!r}")
             if v > MAX_WIDTH:
-                raise InputError(f"model.{f} must be ≤ {MAX_WIDTH:,}, got {v:.4g}; check the config")
+                raise InputError(f"model.{f} must be ≤ {MAX_WIDTH:,}, got {short_number(v)}; check the config")
         if isinstance(self.moe_layer_freq, bool) or not isinstance(self.moe_layer_freq, int) \
                 or self.moe_layer_freq < 1:
             raise InputError(f"model.moe_layer_freq must be a positive integer, got {self.moe_layer_freq!r}")
