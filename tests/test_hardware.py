@@ -425,3 +425,15 @@ def test_negative_kernel_constants_are_refused_by_name(tmp_path):
         with pytest.raises(InputError, match=f"{key} must be ≥ 0"):
             load_hardware(str(_write(tmp_path, f"{key} = -1\n" + REQUIRED_KEYS)))
     assert load_hardware(str(_write(tmp_path, "sfu_texp_per_s = 3.9\n" + REQUIRED_KEYS))).sfu_exp_per_s == 3.9e12
+
+
+@pytest.mark.parametrize("key,val", [("hbm_bw_gbps", 1e-300), ("inter_bw_gbps", 1e-9), ("memory_gib", 1e-12)])
+def test_vanishing_bandwidth_or_memory_is_refused(tmp_path, key, val):
+    """A 1e-300 GB/s link overflowed the step-time sums into warnings and inf (fuzz campaign): the
+    profile's floors (1 MB/s, 1 MB) refuse it in one line naming the key."""
+    text = (Path(PROFILE_DIR) / "h100-sxm-80gb.toml").read_text()
+    assert re.search(rf"^{key}\s*=", text, re.M)
+    p = tmp_path / "tiny.toml"
+    p.write_text(re.sub(rf"^{key}\s*=.*$", f"{key} = {val!r}", text, count=1, flags=re.M))
+    with pytest.raises(InputError, match=key):
+        load_hardware(str(p))

@@ -241,11 +241,11 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
 # ---- domains: every field's allowed values, checked once where a profile is read ------------------
 _BIG = 1e18
 _DOMAINS = {   # field → (TOML key as the user writes it, unit divisor, low, high, low exclusive)
-    "memory_bytes": ("memory_gb", 1e9, 0.0, 1e15, True),
-    "hbm_bw": ("hbm_bw_gbps", 1e9, 0.0, 1e15, True),
-    "intra_bw": ("intra_bw_gbps", 1e9, 0.0, 1e15, True),
-    "inter_bw": ("inter_bw_gbps", 1e9, 0.0, 1e15, True),
-    "host_bw": ("host_bw_gbps", 1e9, 0.0, 1e15, True),
+    "memory_bytes": ("memory_gib", 2**30, 2**20, 1e15, False),   # ≥ 1 MiB (memory_gb in decimal units is read too)
+    "hbm_bw": ("hbm_bw_gbps", 1e9, 1e6, 1e15, False),          # bandwidths ≥ 1 MB/s (a 1e-300 GB/s link overflows the times)
+    "intra_bw": ("intra_bw_gbps", 1e9, 1e6, 1e15, False),
+    "inter_bw": ("inter_bw_gbps", 1e9, 1e6, 1e15, False),
+    "host_bw": ("host_bw_gbps", 1e9, 1e6, 1e15, False),
     "intra_latency": ("intra_latency_us", 1e-6, 0.0, 1.0, False),
     "inter_latency": ("inter_latency_us", 1e-6, 0.0, 1.0, False),
     "sustained_factor": ("sustained_factor", 1.0, 0.0, 1.5, True),
@@ -289,7 +289,7 @@ def check_hardware(hw: HardwareSpec, where: str | None = None) -> HardwareSpec:
         raise InputError(f"{w}: peak_tflops must be a table with at least bf16")
     for k, v in hw.peak_flops.items():
         number(v / 1e12 if isinstance(v, (int, float)) and not isinstance(v, bool) else v,
-               f"{w}: peak_tflops.{k}", lo=0.0, hi=1e9, lo_open=True, fix="give the dense tensor-core peak in TFLOP/s")
+               f"{w}: peak_tflops.{k}", lo=1e-6, hi=1e9, fix="give the dense tensor-core peak in TFLOP/s (≥ 1e-06)")
     if not isinstance(hw.attention_kernels or {}, dict):
         raise InputError(f"{w}: attention must be a table of kernel efficiencies (flash2, flash3, cudnn, flex)")
     for k, v in (hw.attention_kernels or {}).items():
