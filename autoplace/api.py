@@ -120,6 +120,8 @@ class SweepRequest:
     method: str = "auto"
     precision: str = "bf16"
     regime: str | None = None
+    runtime: str | None = None
+    """None: each point priced by the stack that runs it (as `search`); a name: every point under it."""
     headroom: float = 0.0
     workers: int | None = 1
 
@@ -469,7 +471,7 @@ def sweep(req: SweepRequest) -> SweepResult:
     hws = [(hw.name, hw) for hw in (resolve_hardware(h) for h in (req.hardware or (None,)))]
     n_tok = I.parse_tokens(req.tokens) if req.tokens is not None else None
     cfg = SweepConfig(precision=req.precision, regime=req.regime, method=req.method, headroom=req.headroom,
-                      tokens=n_tok)
+                      tokens=n_tok, runtime=req.runtime)
     sp = load_space(req.space)
     res = run_sweep(m, hws, grid(I.parse_gpus(req.gpus), len(hws), [None], [None]), sp, cfg, workers=req.workers)
     doc = {"schema_version": SCHEMA_VERSION, "model": m.name, "tokens": n_tok, "space": sp.name, **res}

@@ -13,14 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from autoplace.analysis import inputs as I
-from autoplace.analysis.common import build_training
 from autoplace.analysis.sweep import pareto_front, pick_deadline
 from autoplace.cli import app
 from autoplace.errors import InputError
 from autoplace.io import to_jsonable
-from autoplace.placement.rules import Ctx
 from autoplace.plan import parse_plan
-from autoplace.search.driver import run_search
 from autoplace.search.space import load_space
 from autoplace.specs.hardware import load_hardware
 from autoplace.specs.presets import get_preset
@@ -96,13 +93,17 @@ def test_sweep_equals_separate_searches(sweep70):
         # the row's --plan string rebuilds the plan (paste it into estimate / compare)
         assert json.loads(json.dumps(to_jsonable(parse_plan(r["plan_text"]).resolved(r["gpus"]).to_dict()))) == want
         assert r["step_s"] == res["steps"][0], r["gpus"]                # exact, not approximately
+        assert r["stack"] == res["stack"] and r["runtime"], r["gpus"]   # priced by the stack that runs it
 
 
 def _separate_search(gpus):
-    model, hw, space = get_preset("70b"), load_hardware(), load_space("default")
-    train, _ = build_training(model, None, None, None, "bf16", "zero", gpus)
-    res = run_search(Ctx(model, train, gpus), hw, space, workers=1)
-    return {"plans": res["plans"][:1], "steps": res["steps"][:1]}
+    """What `autoplace search --model 70b --gpus G` runs: the union of the training-stack searches,
+    each plan priced by the stack that runs it."""
+    from autoplace.search.launchers import search
+    out = search(get_preset("70b"), load_hardware(), gpus, space=load_space("default"), top_k=1, workers=1,
+                 per_launcher=False)
+    p, s, t = out.ranked[0]
+    return {"plans": [p], "steps": [s], "stack": t.launcher}
 
 
 def test_time_to_train_gpu_hours_cost_and_the_6nd_check(sweep70):

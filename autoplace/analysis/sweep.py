@@ -1,8 +1,9 @@
 """`autoplace sweep`: the best plan at every point of a grid of GPU counts × hardware profiles ×
 sequence lengths × global batches, with time to train, GPU-hours, cost and the Pareto front.
 
-Each point is exactly one `autoplace.search.driver.run_search` (same model, training spec, space,
-method and headroom as `autoplace search` at that point), so a sweep row equals a separate search.
+Each point is exactly one `autoplace.search.launchers.search` (the search `autoplace search` runs at
+that point: by default the union of the training-stack searches, every plan priced by the stack that
+runs it; `--runtime R` prices every point under R), so a sweep row equals a separate search.
 Points run in parallel over worker processes (fork), largest GPU count first; each point's search
 then runs single-process (the same result: the engine's ties break by canonical order).
 
@@ -33,7 +34,12 @@ class Point:
 class SweepConfig:
     global_batch_tokens: int | None = None
     precision: str = "bf16"
-    regime: str = "zero"
+    regime: str | None = None
+    """Optimizer-state regime; None: each stack's own (its runtime's default), as `search`."""
+    runtime: str | None = None
+    """The runtime every point is priced under (`--runtime`, e.g. `default-kernels` for the idealised
+    what-if); None: each point is the union of the training-stack searches, every plan priced by the
+    stack that runs it, exactly as `autoplace search` without --launcher/--runtime."""
     method: str = "auto"
     top_k: int = 5
     headroom: float = 0.0
@@ -61,28 +67,25 @@ def price_for(label: str, hw, prices: dict) -> tuple[float | None, str | None]:
 def solve_point(model, hw, label, point: Point, space, cfg: SweepConfig, price=(None, None),
                 workers: int | None = None) -> dict:
     """One sweep row: the search at `point` and what it means for the run."""
-    from autoplace.analysis.common import build_training
     from autoplace.analysis.explain import memory_note, plan_text
     from autoplace.estimate import estimate
-    from autoplace.placement.rules import Ctx
-    from autoplace.search.driver import run_search
+    from autoplace.search.launchers import search as stack_search
     world = point.gpus
     row = {"gpus": world, "hardware": label, "hardware_name": hw.name, "seq_len": point.seq_len,
            "global_batch": point.global_batch, "status": "ok", "message": "", "price_per_gpu_hour": price[0],
            "price_source": price[1]}
     t0 = time.perf_counter()
     try:
-        train, note = build_training(model, point.seq_len, point.global_batch, cfg.global_batch_tokens,
-                                     cfg.precision, cfg.regime, world)
-        row.update(seq_len=train.seq_len, global_batch=train.global_batch, tokens_per_step=train.tokens_per_step,
-                   global_batch_note=note)
-        res = run_search(Ctx(model, train, world), hw, space, method=cfg.method, top_k=cfg.top_k,
-                         headroom=cfg.headroom, workers=workers)
+        out = stack_search(model, hw, world, runtime=cfg.runtime, seq_len=point.seq_len,
+                           global_batch=point.global_batch, global_batch_tokens=cfg.global_batch_tokens,
+                           precision=cfg.precision, regime=cfg.regime, space=space, method=cfg.method, top_k=1,
+                           headroom=cfg.headroom, workers=workers, per_launcher=False)
     except NoFeasiblePlanError as e:
         row.update(status="no fit", message=str(e), seconds=time.perf_counter() - t0)
-        closest = getattr(e, "closest", None)
-        if closest is not None:
-            d = estimate(model, hw, train, closest, world, cfg.headroom)
+        closest = getattr(e, "closest", None) or (getattr(e, "result", None) or {}).get("closest")
+        etrain = getattr(e, "train", None)
+        if closest is not None and etrain is not None and hasattr(closest, "short"):
+            d = estimate(model, hw, etrain, closest, world, cfg.headroom)
             row["closest_plan"] = closest.short()
             if "memory" in d:
                 row["over"] = memory_note(d, "closest plan " + closest.short())
@@ -90,15 +93,20 @@ def solve_point(model, hw, label, point: Point, space, cfg: SweepConfig, price=(
     except InputError as e:
         row.update(status="error", message=str(e), seconds=time.perf_counter() - t0)
         return row
-    plan, step = res["plans"][0], float(res["steps"][0])
+    plan, step, tg = out.ranked[0]
+    train = tg.train
+    row.update(seq_len=train.seq_len, global_batch=train.global_batch, tokens_per_step=train.tokens_per_step,
+               global_batch_note=out.train_note, stack=tg.launcher,
+               runtime=tg.runtime.name if tg.runtime is not None else None)
     doc = estimate(model, hw, train, plan, world, cfg.headroom)
     tm = doc["time"]
     tps = train.tokens_per_step / step
+    st = (tg.result or {}).get("stats", {})
     row.update(plan=doc["plan"], plan_short=plan.short() + (" +tp-ovl" if plan.tp_overlap else ""),
                plan_text=plan_text(plan), step_s=step, tokens_per_s=tps,
                tokens_per_s_per_gpu=tm["tokens_per_s_per_gpu"], mfu=tm["mfu"], tflops_per_gpu=tm["tflops_per_gpu"],
                peak_bytes=doc["memory"]["peak_bytes"], limit_bytes=doc["memory"]["limit_bytes"],
-               search={k: res["stats"].get(k) for k in ("method", "evaluated", "legal", "feasible", "optimal")},
+               search={k: st.get(k) for k in ("method", "evaluated", "legal", "feasible", "optimal")},
                seconds=time.perf_counter() - t0, estimate=doc)
     _run_cost(row, cfg.tokens)
     return row

@@ -49,6 +49,9 @@ def render(doc: dict, console) -> None:
         + ([("batch", "right")] if multi_b else []) + [("plan", "left"), ("step s", "right"), ("tok/s", "right"),
                                                        ("MFU", "right"), ("time to train", "right"), ("GPU-h", "right"),
                                                        ("cost", "right"), ("", "left")]
+    stacks = any(r.get("stack") for r in rows)
+    if stacks:      # the stack that runs each point's plan (and whose runtime priced it)
+        cols.insert(cols.index(("plan", "left")) + 1, ("stack", "left"))
     for c, j in cols:
         t.add_column(c, justify=j, no_wrap=(c != "plan"))
     for i, r in enumerate(rows):
@@ -56,10 +59,11 @@ def render(doc: dict, console) -> None:
             + ([str(r["global_batch"])] if multi_b else [])
         if r["status"] != "ok":
             msg = r.get("over") or r["message"]
-            t.add_row(*lead, f"[red]{r['status']}[/]: {msg}", *[""] * 7)
+            t.add_row(*lead, f"[red]{r['status']}[/]: {msg}", *[""] * (8 if stacks else 7))
             continue
         mark = ("★" if r["pareto"] else "") + (" ← pick" if dl.get("pick") == i else "")
-        t.add_row(*lead, r["plan_short"], f"{r['step_s']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+        st = [f"{r.get('stack') or '—'} ({r.get('runtime') or 'default kernels'})"] if stacks else []
+        t.add_row(*lead, r["plan_short"], *st, f"{r['step_s']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                   fmt_duration(r["time_to_train_s"]), "—" if r["gpu_hours"] is None else f"{r['gpu_hours']:,.0f}",
                   "—" if r["cost"] is None else f"{r['cost']:,.0f}", mark,
                   style="bold" if dl.get("pick") == i else None)
@@ -89,7 +93,10 @@ def register(app: typer.Typer) -> None:
         global_batch: Optional[str] = typer.Option(None, "--global-batch", help="sequences per step, one or a list"),
         global_batch_tokens: Optional[int] = typer.Option(None, "--global-batch-tokens", help="tokens per step (default ~4M)"),
         precision: str = typer.Option("bf16", "--precision"),
-        regime: str = typer.Option("zero", "--optimizer-regime"),
+        regime: Optional[str] = typer.Option(None, "--optimizer-regime", help="bytes/param regime; default: each stack's own"),
+        runtime: Optional[str] = typer.Option(None, "--runtime", help="price every point under this runtime "
+                                              "(default-kernels: the idealised what-if); default: each point's "
+                                              "plan priced by the training stack that runs it"),
         space: str = typer.Option("default", "--space", help="search space name or .toml path"),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | ilp | bayes"),
         headroom: float = typer.Option(0.0, "--memory-headroom", help="fraction of memory kept free"),
@@ -129,7 +136,7 @@ def register(app: typer.Typer) -> None:
         _check_price_names(prices, hws)
         sp = load_space(space)
         cfg = SweepConfig(global_batch_tokens=global_batch_tokens, precision=precision, regime=regime, method=method,
-                          headroom=headroom, tokens=n_tok)
+                          headroom=headroom, tokens=n_tok, runtime=runtime)
         pts = grid(counts, len(hws), seqs, batches)
         prog = _LazyProgress(f"sweep {m.name}: {len(pts)} points", delay=0.5)
         try:
@@ -181,7 +188,8 @@ def _visuals(doc, model, hws, cfg, plot, report) -> None:
         if i is not None:
             r = doc["rows"][i]
             hw = dict(hws)[r["hardware"]]
-            train, _ = build_training(model, r["seq_len"], r["global_batch"], None, cfg.precision, cfg.regime, r["gpus"])
+            train, _ = build_training(model, r["seq_len"], r["global_batch"], None, cfg.precision, cfg.regime, r["gpus"],
+                                      runtime=r.get("runtime"))
             pics.update(plan_pictures(model, hw, train, Plan.from_dict(r["plan"]), r["gpus"], r["estimate"],
                                       prefix="pick_"))
         return pics

@@ -88,7 +88,7 @@ def _kill(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
                 break
         time.sleep(0.05)
     else:
-        for g in {pgid} | workers:
+        for g in [pgid, *sorted(workers - {pgid})]:   # torchrun's group first: it must not outlive a worker
             for kill in (os.killpg, os.kill):          # the worker's own group, else the worker
                 try:
                     kill(g, signal.SIGKILL)
