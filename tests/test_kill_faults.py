@@ -24,23 +24,9 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def _children(pid: int) -> set[int]:
-    """Every descendant of `pid` (Linux /proc)."""
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                kids = [int(x) for x in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
-            except OSError:
-                continue
-            new = set(kids) - out
-            out |= new
-            todo += new
-    return out
+    """Every descendant of `pid` (Linux /proc): the walk `profile` itself uses to find its workers."""
+    from autoplace.safe import descendants
+    return descendants(pid)
 
 
 def _alive(pid: int) -> bool:
