@@ -169,3 +169,22 @@ def test_api_from_file_is_the_cli_estimate():
     assert res.document["plan"] == got["plan"] and _numbers(res.document) == pytest.approx(_numbers(got), rel=1e-12)
     with pytest.raises(InputError, match="give one of --from, --plan, --plan-file"):
         autoplace.estimate(autoplace.EstimateRequest(from_file=ds, plan="zero=1", gpus=8))
+
+
+def test_torchtitan_01_keys_and_its_pipeline_default_of_one_micro_batch_per_stage(tmp_path):
+    """torchtitan 0.1 (2024): degrees under [training], pipelining under [experimental], and with no
+    `pipeline_parallel_microbatches` as many micro-batches as stages: local batch 8 over pp 4 → 4
+    micro-batches of 2 (0.2 would run 8 of 1). Stated: the same plan as the 0.2 keys with mbs 2."""
+    old = ('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nbatch_size = 8\nseq_len = 8192\n'
+           'data_parallel_shard_degree = -1\ntensor_parallel_degree = 2\n'
+           '[experimental]\npipeline_parallel_degree = 4\npipeline_parallel_schedule = "1F1B"\n')
+    (tmp_path / "old.toml").write_text(old)
+    fc = from_config.read(tmp_path / "old.toml", gpus=64)
+    got = fc.plan().resolved(64)
+    assert (got.tp, got.pp, got.dp, got.zero, got.mbs, got.sp) == (2, 4, 8, 3, 2, True)
+    assert fc.quantities["dp"] == 8 and any("as many micro-batches as pipeline stages" in n for n in fc.notes)
+    (tmp_path / "n.toml").write_text(old + "pipeline_parallel_microbatches = 8\n")
+    assert from_config.read(tmp_path / "n.toml", gpus=64).plan().mbs == 1
+    (tmp_path / "bad.toml").write_text(old.replace("batch_size = 8", "batch_size = 6"))
+    with pytest.raises(InputError, match="not divisible into 4 pipeline micro-batches"):
+        from_config.read(tmp_path / "bad.toml", gpus=64)

@@ -228,14 +228,15 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8,
                 q["_precision"] = "bf16"
             return FromConfig(kind, str(p), q, world, notes=notes)
         if kind == "torchtitan":
-            c = tomllib.loads(text)
+            c, notes = _tt_legacy(tomllib.loads(text))
             m = c.get("model", {})
             if layers is None and c.get("parallelism", {}).get("pipeline_parallel_degree", 1) > 1:
                 layers = _tt_layers(m)
             text = _tt_explicit(c, gpus or default_gpus, p)
             q = rb.read_torchtitan(text, layers or 1)
             hint = _tt_preset(m)
-            return FromConfig(kind, str(p), q, q["world"], c.get("training", {}).get("seq_len"), model_hint=hint)
+            return FromConfig(kind, str(p), q, q["world"], c.get("training", {}).get("seq_len"), model_hint=hint,
+                              notes=notes)
         launch, notes = _accelerate_launch(p)
         q = rb.read_accelerate(_accelerate_explicit(text), launch, gpus_per_node)
         mp = str((yaml.safe_load(text) or {}).get("mixed_precision", "")).lower()
@@ -250,6 +251,44 @@ def read(path, *, gpus: int | None = None, model=None, gpus_per_node: int = 8,
                 "torchtitan": "a torchtitan job config", "accelerate": "an accelerate config"}[kind]
         why = f"missing key {e}" if isinstance(e, KeyError) else (str(e) or type(e).__name__)
         raise _err(p, f"cannot read it as {what}: {why.splitlines()[0]}") from None
+
+
+# torchtitan 0.1 (2024) kept the degrees in [training] and pipelining in [experimental]; 0.2 moved both to
+# [parallelism] (torchtitan/config_manager.py of v0.1.0 → torchtitan/config/job_config.py of v0.2).
+_TT01_TRAINING = ("data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                  "context_parallel_degree")
+_TT01_EXPERIMENTAL = ("pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_split_points")
+
+
+def _tt_legacy(c: dict) -> tuple[dict, list]:
+    """A torchtitan 0.1 job config in 0.2 keys, and what was read so. 0.1's
+    `experimental.pipeline_parallel_microbatches` left unset means as many micro-batches as pipeline
+    stages (`n_microbatches = pipeline_parallel_degree` in 0.1's parallelisms/pipelining.py): the
+    micro-batch is then the local batch / pp; 0.2's `pipeline_parallel_microbatch_size` defaults to 1."""
+    tr, ex = dict(c.get("training", {})), dict(c.get("experimental", {}))
+    moved = [k for k in _TT01_TRAINING if k in tr] + [k for k in _TT01_EXPERIMENTAL if k in ex]
+    if not moved and "pipeline_parallel_microbatches" not in ex:
+        return c, []
+    par = dict(c.get("parallelism", {}))
+    for k in _TT01_TRAINING:
+        if k in tr:
+            par.setdefault(k, tr.pop(k))
+    for k in _TT01_EXPERIMENTAL:
+        if k in ex:
+            par.setdefault(k, ex.pop(k))
+    notes = ["read with torchtitan 0.1 key names ([training] degrees, [experimental] pipelining)"]
+    pp = int(par.get("pipeline_parallel_degree", 1))
+    if pp > 1 and "pipeline_parallel_microbatch_size" not in par:
+        n = ex.pop("pipeline_parallel_microbatches", None)
+        local = int(tr.get("local_batch_size", tr.get("batch_size", 8)))
+        n_micro = int(n) if n else pp
+        if n_micro < 1 or local % n_micro:
+            raise ValueError(f"local batch {local} is not divisible into {n_micro} pipeline micro-batches")
+        par["pipeline_parallel_microbatch_size"] = local // n_micro
+        notes.append(f"{n_micro} pipeline micro-batches of {local // n_micro} "
+                     + ("(experimental.pipeline_parallel_microbatches)" if n else
+                        "(none given: torchtitan 0.1 runs as many micro-batches as pipeline stages)"))
+    return {**c, "training": tr, "experimental": ex, "parallelism": par}, notes
 
 
 def _tt_explicit(c: dict, gpus: int | None, p: Path) -> str:
