@@ -269,3 +269,23 @@ def test_capacity_factor_from_the_record_and_the_cli_makes_the_dispatch_sync_fre
     hw = load_hardware("h100-sxm-80gb")
     lt = K.layer_compute_times(ctx, hw, parse_plan("ep=8,mbs=1").resolved(8))
     assert HO.layer_host_times(ctx, hw, lt)[2] == 0.0
+
+
+def test_fixed_per_step_host_cost_per_runtime_by_hand():
+    """The step's fixed host work (`[host]` step_ops · fwd_op_us + step_syncs · sync_us):
+    Megatron-Core 100 ops × 10 µs + 2 syncs (the interval-time timer's barrier + synchronize, the
+    gradient norm's .item()) × 30 µs = 1.06 ms; torchtitan syncs only on its log step (one in
+    log_freq = 10): 5 × 10 + 0.1 × 30 = 53 µs; DeepSpeed 100 × 10 + 3 × 30 = 1.09 ms. A Grace host
+    (GB200, host_op_factor 2.75) takes 2.75 × 1.06 = 2.915 ms. The GPU profiles add nothing of their
+    own (step_overhead_ms 0: what a calibration finds on a machine), and the term is the step's
+    `overhead` line."""
+    from autoplace.cost import step as S
+    h100, gb200 = load_hardware("h100-sxm-80gb"), load_hardware("gb200-nvl72")
+    assert h100.step_overhead_s == 0.0 and gb200.host_op_factor == 2.75
+    assert S.step_host_time(load_runtime("megatron-core"), h100) == pytest.approx(1.06e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("torchtitan"), h100) == pytest.approx(53e-6, rel=1e-12)
+    assert S.step_host_time(load_runtime("deepspeed"), h100) == pytest.approx(1.09e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("megatron-core"), gb200) == pytest.approx(2.915e-3, rel=1e-12)
+    ctx = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=2048, global_batch=8), 8)
+    ev = S.evaluate(ctx, h100, parse_plan("mbs=1").resolved(8))
+    assert float(ev["overhead"]) == pytest.approx(S.step_host_time(ctx.train.rt, h100), rel=1e-12)

@@ -435,10 +435,20 @@ def offload_time(ctx, hw, p):
     return np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1)) / hw.host_bw
 
 
+def step_host_time(rt, hw) -> float:
+    """The runtime's fixed host work per optimizer step (`RuntimeSpec.host`), s:
+    (step_ops·fwd_op_us + step_syncs·sync_us)·1e-6 + step_ms·1e-3, × the host CPU class
+    (`hw.host_op_factor`). Counted once per step: it follows the step's last synchronisation, so
+    nothing on the GPU hides it."""
+    H = rt.host
+    us = H.step_ops * H.fwd_op_us + H.step_syncs * H.sync_us
+    return (us * 1e-6 + H.step_ms * 1e-3) * float(getattr(hw, "host_op_factor", 1.0))
+
+
 def overhead_time(ctx, hw, p):
-    """Fixed per-step cost: the profile's step overhead plus the runtime's per-iteration host work
-    (`[host] step_ms`, scaled by the host CPU class `host_op_factor`)."""
-    return _w(hw.step_overhead_s + ctx.train.rt.host.step_ms * 1e-3 * hw.host_op_factor) + 0 * _w(p.pp)
+    """Fixed per-step cost: the profile's step overhead (what a calibration adds for a machine)
+    plus the runtime's per-iteration host work (`step_host_time`)."""
+    return _w(hw.step_overhead_s + step_host_time(ctx.train.rt, hw)) + 0 * _w(p.pp)
 
 
 def pipeline_time(ctx, hw, p, sts):

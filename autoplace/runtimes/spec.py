@@ -397,9 +397,17 @@ class Host:
     sync_us: float = 30.0
     """One such synchronisation: the D2H copy's latency, the stream wait and the host work until the
     next launch, µs."""
+    step_ops: float = 0.0
+    """Host ops per optimizer step outside the layers, issued after the step's last device → host
+    synchronisation so the GPU waits for them: zero_grad, the gradient-norm / clipping and optimizer
+    multi-tensor launches, the learning-rate scheduler, the loss reduction; each costs `fwd_op_us`."""
+    step_syncs: float = 0.0
+    """Device → host synchronisations per optimizer step (timer barriers and `cuda.synchronize`,
+    `.item()` of the gradient norm or the loss); each drains the queue and costs `sync_us`."""
     step_ms: float = 0.0
-    """Fixed host time per optimizer step outside the layers (logging and timers, loss reporting,
-    the optimizer's and gradient clipping's launches), ms; added to the profile's step overhead."""
+    """Further fixed host time per optimizer step (the data loader's next(), logging callbacks),
+    ms. The step's fixed cost is (step_ops·fwd_op_us + step_syncs·sync_us)·1e-6 + step_ms·1e-3 s,
+    scaled by the host CPU class (`cost.step.overhead_time`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
