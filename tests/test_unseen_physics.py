@@ -289,3 +289,23 @@ def test_fixed_per_step_host_cost_per_runtime_by_hand():
     ctx = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=2048, global_batch=8), 8)
     ev = S.evaluate(ctx, h100, parse_plan("mbs=1").resolved(8))
     assert float(ev["overhead"]) == pytest.approx(S.step_host_time(ctx.train.rt, h100), rel=1e-12)
+
+
+def test_runtime_gemm_rate_is_a_fact_of_the_stack_on_one_architecture():
+    """llm-foundry's H100 tables ran torch 1.13 (CUDA 11.7: Ampere mma.sync kernels on Hopper):
+    its GEMMs run at gemm_rate 0.82 of the H100 profile's MAMF-anchored efficiency — 0.739 × 0.82 =
+    0.60598 — while the same stack on an A100 and another stack (torchtitan, Megatron-Core) on the
+    same H100 keep the profile's rate. A GEMM-bound layer's GEMM time grows by about 1 / 0.82."""
+    from autoplace.cost.precision import GemmFormat
+    h100, a100 = load_hardware("h100-sxm-80gb"), load_hardware("a100-80gb")
+    lf = load_runtime("llm-foundry")
+    assert lf.kernels.gemm_rate == 0.82 and lf.kernels.gemm_rate_archs == ("hopper",)
+    tr = TrainingSpec(seq_len=2048, global_batch=8)
+    assert GemmFormat(tr.with_(runtime=lf), h100).eff == pytest.approx(0.739 * 0.82, rel=1e-12)
+    assert GemmFormat(tr.with_(runtime=lf), a100).eff == pytest.approx(a100.gemm_efficiency, rel=1e-12)
+    for name in ("torchtitan", "megatron-core"):
+        assert GemmFormat(tr.with_(runtime=load_runtime(name)), h100).eff == pytest.approx(0.739, rel=1e-12)
+    m, plan = get_preset("llama3-8b"), parse_plan("mbs=1").resolved(8)
+    g_lf = K.layer_compute_times(Ctx(m, tr.with_(runtime=lf), 8), h100, plan)["gemm_f"]
+    g_tt = K.layer_compute_times(Ctx(m, tr.with_(runtime=load_runtime("torchtitan")), 8), h100, plan)["gemm_f"]
+    assert 1.10 < float(g_lf) / float(g_tt) < 1 / 0.82 + 1e-9

@@ -149,8 +149,21 @@ class Kernels:
     leave the dropless routed experts eager, since their shapes change every step, so their kernels
     keep the full launch overhead (Megatron-Core CUDA-graph guide; the DeepSeek-V3 GB200 report).
     Set it with `cuda_graphs=full_iteration`."""
+    gemm_rate: float = 1.0
+    """The runtime's dense GEMM rate as a share of the profile's (`gemm_efficiency`, anchored on
+    the MAMF of a current cuBLAS) on the architectures `gemm_rate_archs` names: a stack whose
+    CUDA libraries predate an architecture's native GEMM kernels runs the previous generation's
+    kernels on it (llm-foundry's 2023 H100 tables on torch 1.13 / CUDA 11.7: Ampere mma.sync
+    kernels on Hopper, without wgmma). A fact of the runtime's software, not of the board: the
+    same H100 runs other runtimes at the profile's rate. 1 elsewhere."""
+    gemm_rate_archs: tuple = ()
+    """Architectures (`HardwareSpec.arch`: "hopper", "blackwell", …) where `gemm_rate` applies."""
     fp8_attention: bool = False
     """The attention core runs in FP8 (cuDNN FP8 fused attention, TE fp8_dot_product_attention)."""
+
+    def gemm_rate_on(self, arch: str) -> float:
+        """`gemm_rate` on `arch` when it is one of `gemm_rate_archs`, else 1."""
+        return self.gemm_rate if arch in self.gemm_rate_archs else 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
