@@ -82,7 +82,7 @@ def stage_times(ctx, hw, p):
     hw = N.hardware_view(ctx, hw)
     lt = K.layer_compute_times(ctx, hw, p)
     ht = K.head_compute_times(ctx, hw, p)
-    h_f, h_b, h_sync = HO.layer_host_times(ctx, hw, lt)
+    h_f, h_b, h_sync, h_ser = HO.layer_host_times(ctx, hw, lt)
     tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
     tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
@@ -141,7 +141,7 @@ def stage_times(ctx, hw, p):
         # summing the micro-batches' gradients (Kernels.grad_accum), spread over the micro-batches
         acc = K.membound_time(hw, grad_accum_bytes(ctx, p, np.where(last, _w(p.pp) - 1, idx)), 0) / mb
         # host time the GPU waits for (cost.host): per layer, against the layer's device time
-        x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync)
+        x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync, h_ser)
         f = Li * (comp_f + tp_f_exp + cp_f + ep_f + x_f)
         b = Li * (comp_b + tp_b_exp + cp_b + ep_b + x_b) + acc
         r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
