@@ -105,17 +105,26 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     assert float(lt["kern_f"]) == kern_f and float(lt["kern_b"]) == kern_b
     g = n_attn + 1 + 2                               # GEMM module calls: attention, router, two grouped experts
     assert float(lt["gemm_ops"]) == g
-    h_f, h_b, sync = HO.layer_host_times(ctx, hw, lt)
+    h_f, h_b, sync, ser = HO.layer_host_times(ctx, hw, lt)
     assert float(h_f) == pytest.approx((kern_f - g + 40) * 10e-6 + g * 13.5e-6, rel=1e-12)
     assert float(h_b) == pytest.approx((kern_b - g + 40) * 4e-6 + g * 13.5e-6, rel=1e-12)
     assert sync == pytest.approx(30e-6)
+    # the synced forward serialised, per op class max(0, n·h − d): the 16 local experts' 32 launches
+    # (two grouped-GEMM modules at 13.5 µs, 30 further launches at 10 µs) against the experts' GEMMs;
+    # the dispatcher's 40 bookkeeping ops (no device time); the other GEMM modules; the attention
+    # kernel; the 8 memory-bound passes
+    ge = float(lt["gemm_exp_f"])
+    by_hand = (max(0.0, 2 * 13.5e-6 + 30 * 10e-6 - ge) + 40 * 10e-6
+               + max(0.0, (n_attn + 1) * 13.5e-6 - (float(lt["gemm_f"]) - ge))
+               + max(0.0, 10e-6 - float(lt["attn_f"])) + max(0.0, 8 * 10e-6 - float(lt["elem_f"])))
+    assert float(ser) == pytest.approx(by_hand, rel=1e-12) and float(ser) >= 40 * 10e-6 * (1 - 1e-9)
     gh = HO.layer_host_times(ctx, load_hardware("gb200-nvl72"), lt)
     assert float(gh[0]) == pytest.approx(2.75 * float(h_f), rel=1e-12)
     # a capacity factor makes the dispatch sync-free; full-iteration CUDA graphs leave no host ops
     assert HO.layer_host_times(Ctx(m, ctx.train.with_(moe_capacity_factor=1.0), 8), hw, lt)[2] == 0.0
     rt = apply_settings(load_runtime("megatron-core"), ["cuda_graphs=full_iteration"])
     g = HO.layer_host_times(Ctx(m, ctx.train.with_(runtime=rt), 8), hw, lt)
-    assert (float(g[0]), float(g[1]), g[2]) == (0.0, 0.0, 0.0)
+    assert (float(g[0]), float(g[1]), g[2], g[3]) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_host_composition_sync_serialises_the_layer():
@@ -126,6 +135,10 @@ def test_host_composition_sync_serialises_the_layer():
     assert (x_f, x_b) == (0.0, pytest.approx(0.5e-3))
     x_f, x_b = HO.exposed(1e-3, 2e-3, 3e-3, 0.5e-3, 30e-6)
     assert x_f == pytest.approx(2e-3 + 30e-6) and x_b == 0.0
+    # the serialised segment's per-op excess counts where it exceeds the segment's max(D, H)
+    assert HO.exposed(1e-3, 2e-3, 0.5e-3, 0.5e-3, 30e-6, 0.4e-3)[0] == pytest.approx(0.4e-3 + 30e-6)
+    assert HO.exposed(1e-3, 2e-3, 3e-3, 0.5e-3, 30e-6, 0.4e-3)[0] == pytest.approx(2e-3 + 30e-6)
+    assert float(HO.serialised_excess([(3e-4, 1e-4), (1e-4, 5e-4), (4e-4, 0.0)])) == pytest.approx(6e-4)
     # the term reaches the step: a host-bound toy (CPU 100× slower) shows it in the breakdown
     from autoplace.cost import step as S
     ctx = Ctx(get_preset("qwen3-30b-a3b"), TrainingSpec(seq_len=1024, global_batch=8), 8)

@@ -144,7 +144,8 @@ def stage_times(ctx, hw, p):
         x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync, h_ser)
         f = Li * (comp_f + tp_f_exp + cp_f + ep_f + x_f)
         b = Li * (comp_b + tp_b_exp + cp_b + ep_b + x_b) + acc
-        r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
+        # a fully recomputed layer re-runs its forward, dispatcher sync and serialised segment included
+        r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f + x_f) + n_rc_sel * rc_sel
         comp = Li * (comp_f + comp_b) + acc
         tpc = Li * (tp_f_exp + tp_b_exp) + n_rc_full * tp_rc_exp
         cpc = Li * (cp_f + cp_b) + n_rc_full * cp_f
@@ -168,7 +169,7 @@ def stage_times(ctx, hw, p):
         tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         tpt = tpt + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc,
-                "host": Li * (x_f + x_b),
+                "host": Li * (x_f + x_b) + n_rc_full * x_f,
                 "tp_total": tpt, "cp_total": cpt}
 
     out = {"first": one(True, False, 0), "last": one(False, True, -1 if not split else len(split) - 1)}
