@@ -105,17 +105,26 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     assert float(lt["kern_f"]) == kern_f and float(lt["kern_b"]) == kern_b
     g = n_attn + 1 + 2                               # GEMM module calls: attention, router, two grouped experts
     assert float(lt["gemm_ops"]) == g
-    h_f, h_b, sync = HO.layer_host_times(ctx, hw, lt)
+    h_f, h_b, sync, ser = HO.layer_host_times(ctx, hw, lt)
     assert float(h_f) == pytest.approx((kern_f - g + 40) * 10e-6 + g * 13.5e-6, rel=1e-12)
     assert float(h_b) == pytest.approx((kern_b - g + 40) * 4e-6 + g * 13.5e-6, rel=1e-12)
     assert sync == pytest.approx(30e-6)
+    # the synced forward serialised, per op class max(0, n·h − d): the 16 local experts' 32 launches
+    # (two grouped-GEMM modules at 13.5 µs, 30 further launches at 10 µs) against the experts' GEMMs;
+    # the dispatcher's 40 bookkeeping ops (no device time); the other GEMM modules; the attention
+    # kernel; the 8 memory-bound passes
+    ge = float(lt["gemm_exp_f"])
+    by_hand = (max(0.0, 2 * 13.5e-6 + 30 * 10e-6 - ge) + 40 * 10e-6
+               + max(0.0, (n_attn + 1) * 13.5e-6 - (float(lt["gemm_f"]) - ge))
+               + max(0.0, 10e-6 - float(lt["attn_f"])) + max(0.0, 8 * 10e-6 - float(lt["elem_f"])))
+    assert float(ser) == pytest.approx(by_hand, rel=1e-12) and float(ser) >= 40 * 10e-6 * (1 - 1e-9)
     gh = HO.layer_host_times(ctx, load_hardware("gb200-nvl72"), lt)
     assert float(gh[0]) == pytest.approx(2.75 * float(h_f), rel=1e-12)
     # a capacity factor makes the dispatch sync-free; full-iteration CUDA graphs leave no host ops
     assert HO.layer_host_times(Ctx(m, ctx.train.with_(moe_capacity_factor=1.0), 8), hw, lt)[2] == 0.0
     rt = apply_settings(load_runtime("megatron-core"), ["cuda_graphs=full_iteration"])
     g = HO.layer_host_times(Ctx(m, ctx.train.with_(runtime=rt), 8), hw, lt)
-    assert (float(g[0]), float(g[1]), g[2]) == (0.0, 0.0, 0.0)
+    assert (float(g[0]), float(g[1]), g[2], g[3]) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_host_composition_sync_serialises_the_layer():
@@ -126,6 +135,10 @@ def test_host_composition_sync_serialises_the_layer():
     assert (x_f, x_b) == (0.0, pytest.approx(0.5e-3))
     x_f, x_b = HO.exposed(1e-3, 2e-3, 3e-3, 0.5e-3, 30e-6)
     assert x_f == pytest.approx(2e-3 + 30e-6) and x_b == 0.0
+    # the serialised segment's per-op excess counts where it exceeds the segment's max(D, H)
+    assert HO.exposed(1e-3, 2e-3, 0.5e-3, 0.5e-3, 30e-6, 0.4e-3)[0] == pytest.approx(0.4e-3 + 30e-6)
+    assert HO.exposed(1e-3, 2e-3, 3e-3, 0.5e-3, 30e-6, 0.4e-3)[0] == pytest.approx(2e-3 + 30e-6)
+    assert float(HO.serialised_excess([(3e-4, 1e-4), (1e-4, 5e-4), (4e-4, 0.0)])) == pytest.approx(6e-4)
     # the term reaches the step: a host-bound toy (CPU 100× slower) shows it in the breakdown
     from autoplace.cost import step as S
     ctx = Ctx(get_preset("qwen3-30b-a3b"), TrainingSpec(seq_len=1024, global_batch=8), 8)
@@ -269,3 +282,43 @@ def test_capacity_factor_from_the_record_and_the_cli_makes_the_dispatch_sync_fre
     hw = load_hardware("h100-sxm-80gb")
     lt = K.layer_compute_times(ctx, hw, parse_plan("ep=8,mbs=1").resolved(8))
     assert HO.layer_host_times(ctx, hw, lt)[2] == 0.0
+
+
+def test_fixed_per_step_host_cost_per_runtime_by_hand():
+    """The step's fixed host work (`[host]` step_ops · fwd_op_us + step_syncs · sync_us):
+    Megatron-Core 100 ops × 10 µs + 2 syncs (the interval-time timer's barrier + synchronize, the
+    gradient norm's .item()) × 30 µs = 1.06 ms; torchtitan syncs only on its log step (one in
+    log_freq = 10): 5 × 10 + 0.1 × 30 = 53 µs; DeepSpeed 100 × 10 + 3 × 30 = 1.09 ms. A Grace host
+    (GB200, host_op_factor 2.75) takes 2.75 × 1.06 = 2.915 ms. The GPU profiles add nothing of their
+    own (step_overhead_ms 0: what a calibration finds on a machine), and the term is the step's
+    `overhead` line."""
+    from autoplace.cost import step as S
+    h100, gb200 = load_hardware("h100-sxm-80gb"), load_hardware("gb200-nvl72")
+    assert h100.step_overhead_s == 0.0 and gb200.host_op_factor == 2.75
+    assert S.step_host_time(load_runtime("megatron-core"), h100) == pytest.approx(1.06e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("torchtitan"), h100) == pytest.approx(53e-6, rel=1e-12)
+    assert S.step_host_time(load_runtime("deepspeed"), h100) == pytest.approx(1.09e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("megatron-core"), gb200) == pytest.approx(2.915e-3, rel=1e-12)
+    ctx = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=2048, global_batch=8), 8)
+    ev = S.evaluate(ctx, h100, parse_plan("mbs=1").resolved(8))
+    assert float(ev["overhead"]) == pytest.approx(S.step_host_time(ctx.train.rt, h100), rel=1e-12)
+
+
+def test_runtime_gemm_rate_is_a_fact_of_the_stack_on_one_architecture():
+    """llm-foundry's H100 tables ran torch 1.13 (CUDA 11.7: Ampere mma.sync kernels on Hopper):
+    its GEMMs run at gemm_rate 0.82 of the H100 profile's MAMF-anchored efficiency — 0.739 × 0.82 =
+    0.60598 — while the same stack on an A100 and another stack (torchtitan, Megatron-Core) on the
+    same H100 keep the profile's rate. A GEMM-bound layer's GEMM time grows by about 1 / 0.82."""
+    from autoplace.cost.precision import GemmFormat
+    h100, a100 = load_hardware("h100-sxm-80gb"), load_hardware("a100-80gb")
+    lf = load_runtime("llm-foundry")
+    assert lf.kernels.gemm_rate == 0.82 and lf.kernels.gemm_rate_archs == ("hopper",)
+    tr = TrainingSpec(seq_len=2048, global_batch=8)
+    assert GemmFormat(tr.with_(runtime=lf), h100).eff == pytest.approx(0.739 * 0.82, rel=1e-12)
+    assert GemmFormat(tr.with_(runtime=lf), a100).eff == pytest.approx(a100.gemm_efficiency, rel=1e-12)
+    for name in ("torchtitan", "megatron-core"):
+        assert GemmFormat(tr.with_(runtime=load_runtime(name)), h100).eff == pytest.approx(0.739, rel=1e-12)
+    m, plan = get_preset("llama3-8b"), parse_plan("mbs=1").resolved(8)
+    g_lf = K.layer_compute_times(Ctx(m, tr.with_(runtime=lf), 8), h100, plan)["gemm_f"]
+    g_tt = K.layer_compute_times(Ctx(m, tr.with_(runtime=load_runtime("torchtitan")), 8), h100, plan)["gemm_f"]
+    assert 1.10 < float(g_lf) / float(g_tt) < 1 / 0.82 + 1e-9

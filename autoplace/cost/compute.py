@@ -237,6 +237,7 @@ def layer_compute_times(ctx, hw, p):
     names = [nm for nm, *_ in m.attn_linears()]
     n_gemm = float(len(names))                              # GEMM launches per forward (host ops)
     n_exp_ops = _w(0.0)                                     # … of them the routed experts' (outside per-layer graphs)
+    gexp_f = _w(0.0)                                        # the routed experts' forward GEMM time
     for nm, (N, K, col) in zip(names, attention_linears_rank(m, tp)):
         f, b = gemm(T, N, K)
         gf, gbk, flops = gf + f, gbk + b, flops + 2 * T * N * K
@@ -274,6 +275,7 @@ def layer_compute_times(ctx, hw, p):
                 f, b = gemm(Mper, N, K)
                 f, b = n_local * f, n_local * b
             gf, gbk = gf + fm * f, gbk + fm * b
+            gexp_f = gexp_f + fm * f
             n_exp_ops = n_exp_ops + fm * (1.0 if kern.moe_grouped_gemm else n_local)
             flops = flops + fm * 2 * Me * N * K
             mm_f.append(fm * f)
@@ -376,7 +378,8 @@ def layer_compute_times(ctx, hw, p):
             "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
             "quant": membound_time(hw, quant_f + quant_b, 0),
             "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf, "kern_exp_b": 2.0 * n_exp_ops + eager_kb,
-            "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0)}
+            "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0), "gemm_exp_f": gexp_f,
+            "attn_k": _w(attn_k), "elem_k_f": n_k + mla_kf}
 
 
 def mla_assembly_elements(m, kern, tp=1.0):

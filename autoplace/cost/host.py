@@ -18,6 +18,21 @@ directions, so a layer costs max(D_f + D_b, H_f + H_b) — the host is exposed o
 longer of the two. A dropless token dispatcher synchronises device → host once per MoE layer forward
 (`[host] dropless_sync`, no capacity factor, no full-iteration graph): the queue empties, so forward
 and backward each cost max(D, H) on their own, plus the synchronisation itself (`[host] sync_us`).
+
+The synced forward is a serialised segment: one sync per layer, so the segment from one sync to
+the next is one layer's forward (Megatron-Core's alltoall dispatcher syncs at `before_ep_alltoall`,
+the counts' all-gather over the EP group just before it: token_dispatcher.py `preprocess`), and the
+host cannot run ahead of it. Every op then costs max(d_i, h_i) rather than the segment
+max(Σd, Σh) — a short kernel waits for its own launch. Per op class c of the layer forward
+(`serialised_excess`): non-expert GEMM modules, the attention kernel(s), the memory-bound passes,
+the routed experts' launches (per local expert under a looped grouped GEMM), and the router /
+dispatcher bookkeeping (device time ≈ 0: index, split and count ops), with the class's ops taken
+as alike:
+
+  S_f = Σ_c max(0, n_c·h_c − d_c),   x_f = max(H_f − D_f, S_f, 0) + sync
+
+(collectives are device time only: their calls' host time is in the bookkeeping). The backward
+issues from saved host-side splits (no sync), so its host runs ahead as before.
 """
 
 from __future__ import annotations
@@ -28,8 +43,9 @@ from autoplace.cost.memory import _w
 
 
 def layer_host_times(ctx, hw, lt):
-    """(H_f, H_b, sync): host seconds per layer forward and backward, and the dropless
-    synchronisation per layer forward (0 where the layer does not sync)."""
+    """(H_f, H_b, sync, S_f): host seconds per layer forward and backward, the dropless
+    synchronisation per layer forward (0 where the layer does not sync) and the serialised
+    forward's excess over its device time (`serialised_excess`; 0 where the layer does not sync)."""
     t, m = ctx.train, ctx.model
     rt = t.rt
     H, kern = rt.host, rt.kernels
@@ -48,20 +64,37 @@ def layer_host_times(ctx, hw, lt):
     moe = fm * H.moe_ops
     full_graph = kern.cuda_graphs and kern.cuda_graph_experts
     if full_graph:
-        return _w(0.0) * ops_f, _w(0.0) * ops_b, 0.0
-    sync = fm * H.sync_us * 1e-6 * x if (m.is_moe and H.dropless_sync and not t.moe_capacity_factor) else 0.0
+        return _w(0.0) * ops_f, _w(0.0) * ops_b, 0.0, 0.0
+    synced = m.is_moe and H.dropless_sync and not t.moe_capacity_factor
+    sync = fm * H.sync_us * 1e-6 * x if synced else 0.0
+    ge = np.minimum(g, 2.0 * fm)                 # the experts' two grouped-GEMM modules
+    # the serialised forward's op classes (n·h host, d device): experts, bookkeeping, then the rest
+    cls = [(exp_f * cf + ge * gf, _w(lt.get("gemm_exp_f", 0.0))), (moe * cf, 0.0)]
     if kern.cuda_graphs:
         # per-layer graphs: the captured part is one replay; the experts (their two grouped-GEMM
         # modules) and the dispatcher stay eager
-        ge = np.minimum(g, 2.0 * fm)
-        return (1.0 + exp_f + moe) * cf + ge * gf, (1.0 + exp_b + moe) * cb + ge * gb, sync
-    return (ops_f + moe) * cf + g * gf, (ops_b + moe) * cb + g * gb, sync
+        cls.append((cf, _w(lt["gemm_f"]) - _w(lt.get("gemm_exp_f", 0.0)) + _w(lt["attn_f"]) + _w(lt["elem_f"])))
+        h_f, h_b = (1.0 + exp_f + moe) * cf + ge * gf, (1.0 + exp_b + moe) * cb + ge * gb
+    else:
+        cls += [((g - ge) * (cf + gf), _w(lt["gemm_f"]) - _w(lt.get("gemm_exp_f", 0.0))),
+                (_w(lt.get("attn_k", 1.0)) * cf, _w(lt["attn_f"]) + _w(lt["attn_elem_f"])),
+                (_w(lt.get("elem_k_f", 0.0)) * cf, _w(lt["elem_f"]))]
+        h_f, h_b = (ops_f + moe) * cf + g * gf, (ops_b + moe) * cb + g * gb
+    return h_f, h_b, sync, (serialised_excess(cls) if synced else 0.0)
 
 
-def exposed(D_f, D_b, H_f, H_b, sync):
+def serialised_excess(classes):
+    """S = Σ_c max(0, H_c − D_c) over op classes (H_c host, D_c device seconds of class c): what a
+    serialised segment — no host run-ahead, every op max(d_i, h_i) — costs beyond its device time
+    when a class's ops are alike (module docstring)."""
+    return sum(np.maximum(hc - dc, 0.0) for hc, dc in classes)
+
+
+def exposed(D_f, D_b, H_f, H_b, sync, S_f=0.0):
     """(x_f, x_b): host time the GPU waits for per layer, forward and backward (module docstring):
-    synced layers max(D, H) per direction plus the sync; otherwise max(D_f + D_b, H_f + H_b) for the
-    pair, charged to the backward."""
+    synced layers max(H_f − D_f, S_f, 0) + sync forward (S_f the serialised segment's excess) and
+    max(H_b − D_b, 0) backward; otherwise max(D_f + D_b, H_f + H_b) for the pair, charged to the
+    backward."""
     if np.all(np.asarray(sync) == 0):
         return 0.0 * D_f, np.maximum(H_f + H_b - D_f - D_b, 0.0)
-    return np.maximum(H_f - D_f, 0.0) + sync, np.maximum(H_b - D_b, 0.0)
+    return np.maximum(np.maximum(H_f - D_f, 0.0), S_f) + sync, np.maximum(H_b - D_b, 0.0)

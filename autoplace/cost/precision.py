@@ -85,7 +85,8 @@ class GemmFormat:
         r = self.recipe
         self.dtype = r.gemm_dtype if r else (prec if prec in ("fp8", "fp4") else matmul_dtype(train, hw))
         self.peak = hw.peak(self.dtype)
-        self.eff = hw.gemm_eff(self.dtype)
+        # the runtime's own GEMM rate on this architecture (Kernels.gemm_rate: its CUDA libraries)
+        self.eff = hw.gemm_eff(self.dtype) * train.rt.kernels.gemm_rate_on(getattr(hw, "arch", ""))
         self.bytes = (r.operand_bytes + r.scale_bytes) if r else \
             {"fp8": 1.0, "fp4": 0.5}.get(prec, train.b_A)
         self.bf16_share = r.bf16_share if r else 0.0

@@ -82,7 +82,7 @@ def stage_times(ctx, hw, p):
     hw = N.hardware_view(ctx, hw)
     lt = K.layer_compute_times(ctx, hw, p)
     ht = K.head_compute_times(ctx, hw, p)
-    h_f, h_b, h_sync = HO.layer_host_times(ctx, hw, lt)
+    h_f, h_b, h_sync, h_ser = HO.layer_host_times(ctx, hw, lt)
     tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
     tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
@@ -141,10 +141,11 @@ def stage_times(ctx, hw, p):
         # summing the micro-batches' gradients (Kernels.grad_accum), spread over the micro-batches
         acc = K.membound_time(hw, grad_accum_bytes(ctx, p, np.where(last, _w(p.pp) - 1, idx)), 0) / mb
         # host time the GPU waits for (cost.host): per layer, against the layer's device time
-        x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync)
+        x_f, x_b = HO.exposed(comp_f + tp_f_exp + cp_f + ep_f, comp_b + tp_b_exp + cp_b + ep_b, h_f, h_b, h_sync, h_ser)
         f = Li * (comp_f + tp_f_exp + cp_f + ep_f + x_f)
         b = Li * (comp_b + tp_b_exp + cp_b + ep_b + x_b) + acc
-        r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f) + n_rc_sel * rc_sel
+        # a fully recomputed layer re-runs its forward, dispatcher sync and serialised segment included
+        r = n_rc_full * (rc_full + tp_rc_exp + cp_f + ep_f + x_f) + n_rc_sel * rc_sel
         comp = Li * (comp_f + comp_b) + acc
         tpc = Li * (tp_f_exp + tp_b_exp) + n_rc_full * tp_rc_exp
         cpc = Li * (cp_f + cp_b) + n_rc_full * cp_f
@@ -168,7 +169,7 @@ def stage_times(ctx, hw, p):
         tpc = tpc + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         tpt = tpt + np.where(is_last, head_f + head_b - ht["logits_f"] - ht["logits_b"], 0.0)
         return {"f": f, "b": b + r, "compute": comp, "recompute": rcc, "tp": tpc, "cp": cpc, "ep": epc,
-                "host": Li * (x_f + x_b),
+                "host": Li * (x_f + x_b) + n_rc_full * x_f,
                 "tp_total": tpt, "cp_total": cpt}
 
     out = {"first": one(True, False, 0), "last": one(False, True, -1 if not split else len(split) - 1)}
@@ -435,10 +436,20 @@ def offload_time(ctx, hw, p):
     return np.maximum(C.offload_bytes_stage(ctx, p, 0), C.offload_bytes_stage(ctx, p, pp - 1)) / hw.host_bw
 
 
+def step_host_time(rt, hw) -> float:
+    """The runtime's fixed host work per optimizer step (`RuntimeSpec.host`), s:
+    (step_ops·fwd_op_us + step_syncs·sync_us)·1e-6 + step_ms·1e-3, × the host CPU class
+    (`hw.host_op_factor`). Counted once per step: it follows the step's last synchronisation, so
+    nothing on the GPU hides it."""
+    H = rt.host
+    us = H.step_ops * H.fwd_op_us + H.step_syncs * H.sync_us
+    return (us * 1e-6 + H.step_ms * 1e-3) * float(getattr(hw, "host_op_factor", 1.0))
+
+
 def overhead_time(ctx, hw, p):
-    """Fixed per-step cost: the profile's step overhead plus the runtime's per-iteration host work
-    (`[host] step_ms`, scaled by the host CPU class `host_op_factor`)."""
-    return _w(hw.step_overhead_s + ctx.train.rt.host.step_ms * 1e-3 * hw.host_op_factor) + 0 * _w(p.pp)
+    """Fixed per-step cost: the profile's step overhead (what a calibration adds for a machine)
+    plus the runtime's per-iteration host work (`step_host_time`)."""
+    return _w(hw.step_overhead_s + step_host_time(ctx.train.rt, hw)) + 0 * _w(p.pp)
 
 
 def pipeline_time(ctx, hw, p, sts):

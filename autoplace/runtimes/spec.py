@@ -149,8 +149,21 @@ class Kernels:
     leave the dropless routed experts eager, since their shapes change every step, so their kernels
     keep the full launch overhead (Megatron-Core CUDA-graph guide; the DeepSeek-V3 GB200 report).
     Set it with `cuda_graphs=full_iteration`."""
+    gemm_rate: float = 1.0
+    """The runtime's dense GEMM rate as a share of the profile's (`gemm_efficiency`, anchored on
+    the MAMF of a current cuBLAS) on the architectures `gemm_rate_archs` names: a stack whose
+    CUDA libraries predate an architecture's native GEMM kernels runs the previous generation's
+    kernels on it (llm-foundry's 2023 H100 tables on torch 1.13 / CUDA 11.7: Ampere mma.sync
+    kernels on Hopper, without wgmma). A fact of the runtime's software, not of the board: the
+    same H100 runs other runtimes at the profile's rate. 1 elsewhere."""
+    gemm_rate_archs: tuple = ()
+    """Architectures (`HardwareSpec.arch`: "hopper", "blackwell", …) where `gemm_rate` applies."""
     fp8_attention: bool = False
     """The attention core runs in FP8 (cuDNN FP8 fused attention, TE fp8_dot_product_attention)."""
+
+    def gemm_rate_on(self, arch: str) -> float:
+        """`gemm_rate` on `arch` when it is one of `gemm_rate_archs`, else 1."""
+        return self.gemm_rate if arch in self.gemm_rate_archs else 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,9 +410,17 @@ class Host:
     sync_us: float = 30.0
     """One such synchronisation: the D2H copy's latency, the stream wait and the host work until the
     next launch, µs."""
+    step_ops: float = 0.0
+    """Host ops per optimizer step outside the layers, issued after the step's last device → host
+    synchronisation so the GPU waits for them: zero_grad, the gradient-norm / clipping and optimizer
+    multi-tensor launches, the learning-rate scheduler, the loss reduction; each costs `fwd_op_us`."""
+    step_syncs: float = 0.0
+    """Device → host synchronisations per optimizer step (timer barriers and `cuda.synchronize`,
+    `.item()` of the gradient norm or the loss); each drains the queue and costs `sync_us`."""
     step_ms: float = 0.0
-    """Fixed host time per optimizer step outside the layers (logging and timers, loss reporting,
-    the optimizer's and gradient clipping's launches), ms; added to the profile's step overhead."""
+    """Further fixed host time per optimizer step (the data loader's next(), logging callbacks),
+    ms. The step's fixed cost is (step_ops·fwd_op_us + step_syncs·sync_us)·1e-6 + step_ms·1e-3 s,
+    scaled by the host CPU class (`cost.step.overhead_time`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
