@@ -42,8 +42,16 @@ def fsdp2_cpu_offload(plan: Plan) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class RunnerCapabilities:
     """Switches of what a plan runner implements (the future `torch-native` runtime file)."""
-    moe: bool = False
-    """MoE layers and expert parallelism."""
+    moe: bool = True
+    """MoE layers and expert parallelism (`autoplace.profile.moe`: top-k router, all-to-all dispatch
+    over EP, per-expert / grouped GEMMs, dropless and capacity-factor modes)."""
+    moe_with_tp: bool = False
+    """MoE layers together with tp > 1 (expert TP, EP carved from TP×DP)."""
+    moe_zero: frozenset = frozenset({0})
+    """ZeRO stages with MoE layers (experts are reduced over their expert-DP group next to DDP;
+    ZeRO-1/2/FSDP2 shards of experts over that group are not implemented)."""
+    shared_experts: bool = False
+    """Always-on shared experts (Qwen-MoE / DeepSeek)."""
     context_parallel: bool = False
     """cp > 1 (torch's `context_parallel` ring attention)."""
     offload: frozenset = frozenset({"none", "params"})
@@ -117,6 +125,22 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
         out.append("cp > 1: context parallelism is not implemented by the plan runner")
     if (plan.ep > 1 or model.is_moe) and not caps.moe:
         out.append("MoE / expert parallelism is not implemented by the plan runner")
+    elif plan.ep > 1 and not model.is_moe:
+        out.append(f"ep={plan.ep} on a dense model (num_experts = 0)")
+    elif model.is_moe:
+        if plan.tp > 1 and not caps.moe_with_tp:
+            out.append("MoE with tp > 1 (expert tensor parallelism) is not implemented by the plan runner")
+        if plan.zero not in caps.moe_zero:
+            out.append(f"MoE with zero={plan.zero}: the runner reduces experts over their expert-DP "
+                       "group next to DDP (zero=0 only)")
+        if model.shared_expert_ffn_hidden and not caps.shared_experts:
+            out.append("shared experts are not implemented by the plan runner")
+        if model.expert_bias:
+            out.append("expert / router biases are not implemented by the plan runner")
+        if plan.dp % plan.ep or model.num_experts % plan.ep:
+            out.append(f"ep={plan.ep} must divide dp={plan.dp} and num_experts={model.num_experts}")
+        if (plan.etp or plan.tp) != plan.tp:
+            out.append("etp ≠ tp is not implemented by the plan runner")
     if plan.off >= 1:
         if plan.offload not in caps.offload or plan.zero != caps.offload_needs_zero:
             out.append(f"offload={plan.offload}: torch's only native offload is FSDP2 CPUOffloadPolicy "

@@ -317,9 +317,9 @@ def _core_attention(q, k, v):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec, ffn_hidden: int | None = None):
         super().__init__()
-        h, f = spec.hidden, spec.ffn_hidden
+        h, f = spec.hidden, ffn_hidden or spec.ffn_hidden
         self.gated = spec.gated_mlp
         self.w1 = nn.Linear(h, f, bias=spec.mlp_bias)
         if self.gated:
@@ -341,12 +341,16 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec, moe: bool = False):
         super().__init__()
         self.attention_norm = _norm(spec, spec.hidden)
         self.attention = Attention(spec)
         self.ffn_norm = _norm(spec, spec.hidden)
-        self.feed_forward = FeedForward(spec)
+        if moe:
+            from autoplace.profile.moe import MoE
+            self.feed_forward = MoE(spec, lambda: FeedForward(spec, spec.f_expert))
+        else:
+            self.feed_forward = FeedForward(spec)
 
     def forward(self, x, cos, sin):
         h = x + self.attention(self.attention_norm(x), cos, sin)
@@ -366,7 +370,8 @@ class Decoder(nn.Module):
         self.tok_embeddings = nn.Embedding(spec.vocab, spec.hidden) if first else None
         self.pos_embeddings = (nn.Embedding(spec.max_seq_len, spec.hidden)
                                if first and spec.position == "learned" else None)
-        self.layers = nn.ModuleDict({str(i): Block(spec) for i in layer_ids})
+        from autoplace.profile.moe import is_moe_layer
+        self.layers = nn.ModuleDict({str(i): Block(spec, is_moe_layer(spec, i)) for i in layer_ids})
         self.norm = _norm(spec, spec.hidden) if last else None
         # tied: the output reuses the embedding when both live here; on a separate last stage it is
         # an untied copy whose gradient the runner all-reduces with the first stage's (tied reduce)

@@ -138,7 +138,8 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
     body = act["peak_by_region"].get("body", 0) if act else None
     res = {
         "rank": rt.rank, "pp_rank": b.pp_rank, "tp_rank": b.tp_rank, "dp_rank": b.dp_rank,
-        "stage": b.pp_rank,
+        "stage": b.pp_rank, "ep_rank": getattr(b, "ep_rank", 0),
+        "moe_dropped": sum(m.dropped for m in b.moe_layers),
         "step_s": float(sorted(times)[len(times) // 2]) if times else None,
         "step_times_s": times,
         "state_bytes": sb,
