@@ -61,6 +61,10 @@ class Built:
         if tp > 1:
             for c in self.chunks:
                 apply_tp(c, m["tp"], plan, job.get("sp_impl", "megatron"))
+        if job.get("precision") == "fp8":     # TE linears (tp = 1: capabilities.fp8_refusal)
+            from autoplace.profile.fp8 import swap_linears
+            for c in self.chunks:
+                swap_linears(c)
         apply_recompute(self.chunks, plan, selective_policy(job))
         # mixture of experts: EP groups, experts sharded over them (before any DP wrapping)
         from autoplace.profile.moe import MoE
@@ -219,6 +223,18 @@ class Built:
         with measure.region("head"):
             return cross_entropy(logits, labels)
 
+    def _precision_ctx(self):
+        """bf16 mixed precision (torch AMP): the forward's matmuls and attention run under
+        `torch.autocast(dtype=bfloat16)`, parameters, gradients and Adam state stay fp32 (the `fp32`
+        byte regime); fp32 (the default) runs as is — the exactness checks run in fp32."""
+        prec = self.job.get("precision", "fp32")
+        if prec == "bf16":
+            return torch.autocast(self.rt.device.type, dtype=torch.bfloat16)
+        if prec == "fp8":
+            from autoplace.profile.fp8 import fp8_ctx
+            return fp8_ctx()
+        return contextlib.nullcontext()
+
     def _loss_ctx(self):
         if self.plan.tp > 1:
             from torch.distributed.tensor.parallel import loss_parallel
@@ -238,7 +254,7 @@ class Built:
         ids, labels = self.local_data(step)
         plan = self.plan
         loss_val = None
-        with self._loss_ctx():
+        with self._loss_ctx(), self._precision_ctx():
             if self.schedule is not None:
                 losses = []
                 kw = {}

@@ -70,8 +70,9 @@ class RunnerCapabilities:
     """Uneven `layer_split` together with the interleaved schedule."""
     omit: frozenset = frozenset({"dp_grad_reduce", "sp_norm_reduce"})
     """Obligations that can be left out as negative controls (`Plan.omit`)."""
-    precisions: frozenset = frozenset({"fp32"})
-    """Training precisions."""
+    precisions: frozenset = frozenset({"fp32", "bf16"})
+    """Training precisions: fp32, and bf16 mixed precision (torch.autocast, fp32 parameters and Adam
+    state). fp8 runs through Transformer Engine only: `fp8_refusal`."""
     selective_policies: frozenset = frozenset({"attention", "op-sac"})
     """What recompute=selective can mean (`settings.selective_policy`)."""
     op_sac_with_tp: bool = False
@@ -169,7 +170,13 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
             out.append("op-level SAC with tp > 1: the layer's TP collectives would be recomputed "
                        "(not saved, as the cost model assumes)")
     precision = _setting(train, "precision")
-    if precision not in caps.precisions:
+    if precision == "fp8":
+        why = fp8_refusal()
+        if why:
+            out.append(why)
+        elif plan.tp > 1 or model.is_moe:
+            out.append("precision=fp8 with tp > 1 or MoE layers is not implemented by the plan runner")
+    elif precision not in caps.precisions:
         out.append(f"the runner trains in {'/'.join(sorted(caps.precisions))} (precision={precision})")
     # -- how the runner builds the model (parallelize, build) --
     if plan.dp < 1 or plan.dp_replicate < 1:
@@ -200,6 +207,20 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
     if "sp_norm_reduce" in plan.omit and not (plan.sp and plan.tp > 1):
         out.append("omit=sp_norm_reduce needs sp=1, tp > 1")
     return out
+
+
+def fp8_refusal() -> str | None:
+    """Why the runner cannot train in FP8 here (one line), None where Transformer Engine is installed
+    and a CUDA device with FP8 GEMMs (compute capability ≥ 8.9) is present."""
+    import importlib.util
+    if importlib.util.find_spec("transformer_engine") is None:
+        return "precision=fp8 needs Transformer Engine (transformer_engine is not installed)"
+    import torch
+    if not torch.cuda.is_available():
+        return "precision=fp8 needs a CUDA device (Transformer Engine's FP8 GEMMs)"
+    if torch.cuda.get_device_capability() < (8, 9):
+        return "precision=fp8 needs compute capability ≥ 8.9 (Ada / Hopper / Blackwell)"
+    return None
 
 
 def runner_refusals(plan: Plan, model, train, backend: str, *, world: int | None = None) -> list[str]:

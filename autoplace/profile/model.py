@@ -458,10 +458,17 @@ def count_params(model: nn.Module) -> int:
 
 
 def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, lr: float,
-                  adam_eps: float = 1e-8):
-    """Single-process training of the full model on the full global batch: losses and parameters."""
+                  adam_eps: float = 1e-8, moe_capacity_factor: float = 0.0,
+                  capacity_block: int | None = None):
+    """Single-process training of the full model on the full global batch: losses and parameters.
+    MoE in capacity mode (cf > 0): the capacity applies per `capacity_block` tokens (a rank's
+    micro-batch, mbs·seq_len), as it does in the distributed run."""
     model = Decoder(spec, seq_len)
     init_weights(model, seed)
+    from autoplace.profile.moe import MoE
+    for mod in model.modules():
+        if isinstance(mod, MoE):
+            mod.capacity_factor, mod.capacity_block = moe_capacity_factor, capacity_block
     opt = torch.optim.Adam(model.parameters(), lr=lr, eps=adam_eps, foreach=False)
     losses = []
     for step in range(steps):

@@ -110,6 +110,7 @@ class MoE(nn.Module):
         self.capacity_factor = 0.0
         self.gemm = "grouped" if grouped_mm_available() else "per-expert"
         self.dropped = 0             # copies dropped by the capacity in the last forward
+        self.capacity_block = None   # reference only: tokens per capacity block (None: the whole input)
 
     @property
     def local_ids(self) -> list[int]:
@@ -129,6 +130,14 @@ class MoE(nn.Module):
     def forward(self, x):
         shape = x.shape
         xt = x.reshape(-1, shape[-1])
+        B = self.capacity_block
+        if self.capacity_factor > 0 and self.ep_size == 1 and B and xt.shape[0] > B:
+            # the single-process reference of a capacity run: capacity per block of B tokens (one
+            # rank's micro-batch), so it drops exactly the copies the distributed run drops
+            return torch.cat([self._route(xt[i:i + B]) for i in range(0, xt.shape[0], B)]).reshape(shape)
+        return self._route(xt).reshape(shape)
+
+    def _route(self, xt):
         T = xt.shape[0]
         probs = torch.softmax(self.router(xt), dim=-1)
         w, idx = probs.topk(self.k, dim=-1)
@@ -144,8 +153,7 @@ class MoE(nn.Module):
         else:
             y = self._dropless(xs, counts)
         y = y * w.reshape(-1)[order].unsqueeze(-1)
-        out = torch.zeros_like(xt).index_add(0, token_of, y)
-        return out.reshape(shape)
+        return torch.zeros_like(xt).index_add(0, token_of, y)
 
     def _dropless(self, xs, counts):
         el = self.E // self.ep_size

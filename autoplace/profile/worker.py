@@ -73,12 +73,22 @@ def main(argv=None) -> int:
     progress = job["progress"]
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
 
-    ref = None
-    if job.get("equivalence", True):
-        # the single-process run: same model, init seed, data and optimizer, full global batch
-        total = int(settings["warmup"]) + int(settings["steps"]) + 1
-        ref = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
-                            settings["seed"], settings["lr"], settings["adam_eps"])
+    refs: dict = {}
+    cf = float(settings.get("moe_capacity_factor") or 0.0)
+
+    def reference(plan):
+        """The single-process run: same model, init seed, data and optimizer, full global batch
+        (MoE capacity mode: capacity per block of one rank's micro-batch, so one per mbs)."""
+        if not job.get("equivalence", True):
+            return None
+        key = plan.mbs if cf > 0 and spec.is_moe else None
+        if key not in refs:
+            total = int(settings["warmup"]) + int(settings["steps"]) + 1
+            refs[key] = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
+                                      settings["seed"], settings["lr"], settings["adam_eps"],
+                                      moe_capacity_factor=cf,
+                                      capacity_block=key * int(settings["seq_len"]) if key else None)
+        return refs[key]
 
     for item in job["plans"]:
         idx = item["index"]
@@ -89,7 +99,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         try:
             _inject_fault(idx, rank)
-            res = run_plan(plan, spec, settings, rt, reference=ref)
+            res = run_plan(plan, spec, settings, rt, reference=reference(plan))
             status, err = "ok", None
         except Unsupported as e:
             res, status, err = None, "skipped", str(e)
