@@ -35,6 +35,8 @@ backward per layer, the "10 units" of autoplace.cost.comm.tp_units_per_layer). T
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -459,10 +461,11 @@ def count_params(model: nn.Module) -> int:
 
 def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, lr: float,
                   adam_eps: float = 1e-8, moe_capacity_factor: float = 0.0,
-                  capacity_block: int | None = None):
+                  capacity_block: int | None = None, precision: str = "fp32"):
     """Single-process training of the full model on the full global batch: losses and parameters.
     MoE in capacity mode (cf > 0): the capacity applies per `capacity_block` tokens (a rank's
-    micro-batch, mbs·seq_len), as it does in the distributed run."""
+    micro-batch, mbs·seq_len), as it does in the distributed run. precision "bf16": the forward under
+    bf16 autocast, as the runner's (`Built._precision_ctx`)."""
     model = Decoder(spec, seq_len)
     init_weights(model, seed)
     from autoplace.profile.moe import MoE
@@ -473,7 +476,9 @@ def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, 
     losses = []
     for step in range(steps):
         ids, labels = make_batch(spec, seq_len, global_batch, seed, step)
-        loss = cross_entropy(model(ids), labels)
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+              else contextlib.nullcontext()):
+            loss = cross_entropy(model(ids), labels)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

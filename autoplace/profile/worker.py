@@ -87,7 +87,8 @@ def main(argv=None) -> int:
             refs[key] = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
                                       settings["seed"], settings["lr"], settings["adam_eps"],
                                       moe_capacity_factor=cf,
-                                      capacity_block=key * int(settings["seq_len"]) if key else None)
+                                      capacity_block=key * int(settings["seq_len"]) if key else None,
+                                      precision=settings.get("precision", "fp32"))
         return refs[key]
 
     for item in job["plans"]:
