@@ -34,14 +34,30 @@ PLANS = {2: ["zero=0", "zero=1", "zero=3", "tp=2", "tp=2,sp=1", "pp=2", "zero=0,
 QUICK = {2: ["zero=0", "tp=2"], 4: ["zero=3", "tp=2,pp=2"]}
 
 
-def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: int, steps: int,
-        seq_len: int, global_batch: int, hardware: str, work: Path) -> list[dict]:
+def _times(rec) -> list[dict] | None:
+    """Per rank: the timed steps' wall, CPU and run-queue seconds (kept for re-analysis)."""
+    if not rec or rec.get("status") != "ok":
+        return None
+    return [{"wall": r.get("step_times_s"), "cpu": r.get("step_cpu_s"), "runq": r.get("step_runq_s")}
+            for r in rec["ranks"]]
+
+
+def step_of(times: list[dict], estimator: str = "median") -> float:
+    """A run's step time from its ranks' timed steps: per rank the median (or the fastest) step, then
+    the slowest rank (the step ends when every rank has finished)."""
+    pick = statistics.median if estimator == "median" else min
+    return max(pick(r["wall"]) for r in times)
+
+
+def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks: int, steps: int,
+        seq_len: int, global_batch: int, hardware: str, work: Path, warmup: int = 2,
+        estimator: str = "median") -> list[dict]:
     from autoplace.plan import parse_plan
     from autoplace.profile.launch import run_plans
     from autoplace.profile.proxy import proxy_of, robust_step_s
     from autoplace.specs.presets import get_preset
     model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
-    base = dict(seq_len=seq_len, steps=steps, warmup=1)
+    base = dict(seq_len=seq_len, steps=steps, warmup=warmup)
     rows = []
     for W, texts in plans.items():
         full = [parse_plan(t).resolved(W) for t in texts]
@@ -49,7 +65,7 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: 
         print(f"[full] {len(full)} plans on {W} ranks", file=sys.stderr, flush=True)
         recs = run_plans(model, full, W, backend=backend, settings=s_full, equivalence=False,
                          out_jsonl=work / f"full{W}.jsonl", workdir=work / f"full{W}")
-        Ls = (1, proxy_layers)
+        Ls = tuple(proxy_layers)
         proxies = {L: [proxy_of(model, p, W, proxy_ranks, layers=L, global_batch=global_batch) for p in full]
                    for L in Ls}
         meas_proxy: dict = {}
@@ -70,15 +86,18 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: int, proxy_ranks: 
             prr = [meas_proxy.get((L, i)) for L in Ls]
             st = [x["status"] if x else "missing" for x in prr]
             row = {"plan": t, "world": W, "proxy": prs[-1].describe(), "status": r["status"],
-                   "proxy_status": "ok" if st == ["ok", "ok"] else "/".join(st)}
+                   "proxy_status": "ok" if all(x == "ok" for x in st) else "/".join(st)}
             if r["status"] == "ok" and row["proxy_status"] == "ok":
-                row.update(measured_s=robust_step_s(r), proxy_measured_s=[robust_step_s(x) for x in prr],
-                           measured_median_s=r["step_s"])
+                row.update(times=_times(r), proxy_times=[_times(x) for x in prr],
+                           measured_min_s=robust_step_s(r))
+                row.update(measured_s=step_of(row["times"], estimator),
+                           proxy_measured_s=[step_of(x, estimator) for x in row["proxy_times"]])
             rows.append(row)
     return analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware)
 
 
-def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware) -> list[dict]:
+def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_batch, hardware,
+            estimator: str | None = None) -> list[dict]:
     """Analytic and anchored predictions for the measured rows (also re-run on a saved JSON)."""
     from autoplace.estimate import estimate
     from autoplace.plan import parse_plan
@@ -90,10 +109,13 @@ def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_ba
     hw = load_hardware(hardware)
     model = get_preset("llama-tiny").with_(layers=layers, name=f"llama-tiny-{layers}L")
     base = dict(DEFAULTS, seq_len=seq_len)
-    Ls = (1, proxy_layers)
+    Ls = tuple(proxy_layers)
     for row in rows:
         if "measured_s" not in row:
             continue
+        if estimator and row.get("times"):
+            row["measured_s"] = step_of(row["times"], estimator)
+            row["proxy_measured_s"] = [step_of(x, estimator) for x in row["proxy_times"]]
         W = row["world"]
         p = parse_plan(row["plan"]).resolved(W)
         table = {"full": (model, train_spec(dict(base, global_batch=global_batch), backend, model), executed_plan(p), W)}
@@ -138,14 +160,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _layers(v) -> tuple:
+    """The proxies' layer counts: "1,4" (older result files: the second count alone, the first 1)."""
+    return (1, v) if isinstance(v, int) else tuple(int(x) for x in str(v).split(","))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="gloo")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--proxy-layers", type=int, default=3, help="the second proxy's layers (the first has 1)")
+    ap.add_argument("--proxy-layers", default="1,4", help="the two proxies' layer counts")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
+    ap.add_argument("--estimator", choices=("median", "min"), default="median",
+                    help="per rank the median (or fastest) timed step, then the slowest rank")
     ap.add_argument("--proxy-ranks", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps; each run's step is its fastest (robust_step_s)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per run")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--global-batch", type=int, default=8)
     ap.add_argument("--hardware", default="local-cpu")
@@ -159,15 +189,16 @@ def main(argv=None) -> int:
         for f in args.from_json:
             doc = json.loads(Path(f).read_text())
             a = doc["args"]
-            rows += analyse(doc["rows"], a["backend"], a["layers"], a["proxy_layers"], a["proxy_ranks"], a["seq_len"],
-                            a["global_batch"], a["hardware"])
+            rows += analyse(doc["rows"], a["backend"], a["layers"], _layers(a["proxy_layers"]), a["proxy_ranks"],
+                            a["seq_len"], a["global_batch"], a["hardware"], estimator=args.estimator)
         print(table(rows))
         return 0
     worlds = {int(w) for w in args.worlds.split(",")}
     with tempfile.TemporaryDirectory(prefix="anchored-") as tmp:
         plans = {w: ts for w, ts in (QUICK if args.quick else PLANS).items() if w in worlds}
-        rows = run(args.backend, plans, args.layers, args.proxy_layers, args.proxy_ranks,
-                   args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp))
+        rows = run(args.backend, plans, args.layers, _layers(args.proxy_layers), args.proxy_ranks,
+                   args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp), warmup=args.warmup,
+                   estimator=args.estimator)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
     print(table(rows))
