@@ -3,9 +3,10 @@ dense plans (tests/test_profile_dist.py) — state bytes exact, collective bytes
 (the EP all-to-all included), equivalence with a single process in fp32 — for dropless and
 capacity-factor token dispatch.
 
-Two torchrun launches (session scope): 4 ranks × 4 dropless plans, 2 ranks × 2 plans with capacity
-factor 1 (copies past an expert's capacity dropped; the single-process reference applies the
-capacity per rank micro-batch, as the distributed run does).
+Two launches (session scope): 4 ranks × 4 dropless plans; 2 ranks × 2 plans with capacity factor 1
+(copies past an expert's capacity dropped; the single-process reference applies the capacity per
+rank micro-batch, as the distributed run does), launched as 2 one-rank "nodes" joined by a c10d
+rendezvous on localhost (the multi-node path).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def moe_records(tmp_path_factory):
     model = moe_tiny()
     d = tmp_path_factory.mktemp("profile-moe")
     out = {}
-    for n, plans, settings, tag in ((4, PLANS_4, SETTINGS, "dropless"), (2, PLANS_2, CAPACITY, "capacity")):
+    for n, plans, settings, tag, nodes in ((4, PLANS_4, SETTINGS, "dropless", 1),
+                                           (2, PLANS_2, CAPACITY, "capacity", 2)):
         recs = run_plans(model, [parse_plan(p) for p in plans], n, out_jsonl=d / "results.jsonl",
-                         settings=settings, workdir=d / tag, plan_timeout_s=240)
+                         settings=settings, workdir=d / tag, plan_timeout_s=240, nnodes=nodes)
         assert len(recs) == len(plans)
         for text, rec in zip(plans, recs):
             out[(n, text)] = rec
@@ -109,3 +111,20 @@ def test_full_recompute_repeats_the_all_to_all(moe_records):
     a = sum(r["collective_bytes"]["ep"] for r in moe_records[(4, "ep=2")]["ranks"])
     b = sum(r["collective_bytes"]["ep"] for r in moe_records[(4, "ep=2,recompute=full")]["ranks"])
     assert b == pytest.approx(1.5 * a, rel=1e-12)
+
+
+
+def test_two_node_launch_on_localhost(moe_records):
+    """The multi-node launch path: the capacity-factor plans ran as 2 torchrun agents ("nodes") of 1
+    rank each, joined by a c10d rendezvous on 127.0.0.1 (the fixture's `nnodes=2`), and passed the
+    checks above; here the agents' command lines."""
+    from autoplace.profile.launch import local_nodes_argv
+    argvs = local_nodes_argv(4, 2)
+    for i, a in enumerate(argvs):
+        assert a[a.index("--nnodes") + 1] == "2" and a[a.index("--rdzv-backend") + 1] == "c10d"
+        assert a[a.index("--node-rank") + 1] == str(i) and a[a.index("--nproc-per-node") + 1] == "2"
+        assert a[a.index("--rdzv-endpoint") + 1].startswith("127.0.0.1:") and "--standalone" not in a
+    assert len({a[a.index("--rdzv-endpoint") + 1] for a in argvs}) == 1
+    with pytest.raises(ValueError, match="do not split"):
+        local_nodes_argv(3, 2)
+    assert all(moe_records[(2, t)]["status"] == "ok" for t in PLANS_2)
