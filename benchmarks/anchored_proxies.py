@@ -51,7 +51,7 @@ def step_of(times: list[dict], estimator: str = "median") -> float:
 
 def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks: int, steps: int,
         seq_len: int, global_batch: int, hardware: str, work: Path, warmup: int = 2,
-        estimator: str = "median") -> list[dict]:
+        estimator: str = "median", nice: int | None = None) -> list[dict]:
     from autoplace.plan import parse_plan
     from autoplace.profile.launch import run_plans
     from autoplace.profile.proxy import proxy_of, robust_step_s
@@ -63,8 +63,9 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks
         full = [parse_plan(t).resolved(W) for t in texts]
         s_full = dict(base, global_batch=global_batch)
         print(f"[full] {len(full)} plans on {W} ranks", file=sys.stderr, flush=True)
+        prio = {"AUTOPLACE_NICE": str(nice)} if nice is not None else {}
         recs = run_plans(model, full, W, backend=backend, settings=s_full, equivalence=False,
-                         out_jsonl=work / f"full{W}.jsonl", workdir=work / f"full{W}")
+                         out_jsonl=work / f"full{W}.jsonl", workdir=work / f"full{W}", env=prio)
         Ls = tuple(proxy_layers)
         proxies = {L: [proxy_of(model, p, W, proxy_ranks, layers=L, global_batch=global_batch) for p in full]
                    for L in Ls}
@@ -78,7 +79,7 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks
                 tag = f"proxy{W}_{L}_{w}_{gb}"
                 prec = run_plans(proxies[L][idx[0]].model, [proxies[L][i].plan for i in idx], w, backend=backend,
                                  settings=dict(base, global_batch=gb), equivalence=False,
-                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag, env=_cpu_share(backend, w, W))
+                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag, env={**prio, **(_cpu_share(backend, w, W) or {})})
                 for i, r in zip(idx, prec):
                     meas_proxy[(L, i)] = r
         for i, (t, p, r) in enumerate(zip(texts, full, recs)):
@@ -172,6 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--proxy-layers", default="1,4", help="the two proxies' layer counts")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
+    ap.add_argument("--nice", type=int, default=None,
+                    help="run every rank at this nice value, its session (autogroup) too: on a shared host "
+                         "other sessions then take less of the timed steps (negative values need root)")
     ap.add_argument("--estimator", choices=("median", "min"), default="median",
                     help="per rank the median (or fastest) timed step, then the slowest rank")
     ap.add_argument("--proxy-ranks", type=int, default=2)
@@ -198,7 +202,7 @@ def main(argv=None) -> int:
         plans = {w: ts for w, ts in (QUICK if args.quick else PLANS).items() if w in worlds}
         rows = run(args.backend, plans, args.layers, _layers(args.proxy_layers), args.proxy_ranks,
                    args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp), warmup=args.warmup,
-                   estimator=args.estimator)
+                   estimator=args.estimator, nice=args.nice)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
     print(table(rows))

@@ -43,11 +43,32 @@ def _inject_fault(idx: int, rank: int) -> None:
                 raise RuntimeError(f"injected failure in plan {idx}")
 
 
+def set_priority(nice: int) -> None:
+    """Run this rank at `nice` (timing runs on a shared host). Linux with autogroup scheduling
+    (`/proc/sys/kernel/sched_autogroup_enabled`) shares the CPU between sessions first — and torch
+    elastic starts every rank in a session of its own — so a process's nice value only orders it within
+    its session; the session's weight is `/proc/self/autogroup`'s nice, set here too. Lowering a nice
+    value needs privileges: refused silently (the run goes on at the default priority)."""
+    import os
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except (PermissionError, OSError):
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="autoplace.profile.worker")
     ap.add_argument("--job", required=True)
     args = ap.parse_args(argv)
     job = json.loads(Path(args.job).read_text())
+    nice = os.environ.get("AUTOPLACE_NICE")
+    if nice:
+        set_priority(int(nice))
     cpus = os.environ.get("AUTOPLACE_CPU_SET")
     if cpus and hasattr(os, "sched_setaffinity"):
         # a CPU proxy of a plan with more ranks than cores: its ranks share as many cores as the plan's
