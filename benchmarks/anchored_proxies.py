@@ -161,6 +161,29 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+MARK_START, MARK_END = "<!-- anchored-proxies:start -->", "<!-- anchored-proxies:end -->"
+"""The generated region of the docs page (`--docs`)."""
+
+
+def section(rows: list[dict], command: str, note: str = "") -> str:
+    """The markdown section (README / docs page): the command, the table, the mean errors."""
+    ok = [r for r in rows if "measured_s" in r]
+    worlds = sorted({r["world"] for r in rows})
+    head = (f"{len(ok)} plans of an 8-layer llama-tiny-shaped model (hidden 256, 8 heads, 2 KV heads; fp32, "
+            f"gloo, CPU) at {' and '.join(map(str, worlds))} ranks: the full-size step measured, the analytic "
+            "prediction, and the prediction anchored on proxy runs with fewer layers and smaller DP. "
+            f"Regenerate with\n\n    {command}\n")
+    return "\n".join([head, table(rows), *([""] + [note] if note else [])]) + "\n"
+
+
+def write_docs(page: Path, text: str) -> None:
+    """Replace the generated region of `page` (between MARK_START and MARK_END) with `text`."""
+    from autoplace.io import atomic_write
+    doc = page.read_text()
+    a, b = doc.index(MARK_START) + len(MARK_START), doc.index(MARK_END)
+    atomic_write(page, doc[:a] + "\n" + text + doc[b:])
+
+
 def _layers(v) -> tuple:
     """The proxies' layer counts: "1,4" (older result files: the second count alone, the first 1)."""
     return (1, v) if isinstance(v, int) else tuple(int(x) for x in str(v).split(","))
@@ -187,6 +210,9 @@ def main(argv=None) -> int:
     ap.add_argument("--from-json", nargs="+", default=None,
                     help="re-analyse the measurements of saved runs (rows of several files together); no run")
     ap.add_argument("--worlds", default="2,4", help="rank counts of the full-size plans to run")
+    ap.add_argument("--markdown", default=None, help="also write the section (command, table, means) here")
+    ap.add_argument("--docs", action="store_true",
+                    help="also replace the generated region of autoplace/docs/measured_candidates.md")
     args = ap.parse_args(argv)
     if args.from_json:
         rows = []
@@ -195,7 +221,7 @@ def main(argv=None) -> int:
             a = doc["args"]
             rows += analyse(doc["rows"], a["backend"], a["layers"], _layers(a["proxy_layers"]), a["proxy_ranks"],
                             a["seq_len"], a["global_batch"], a["hardware"], estimator=args.estimator)
-        print(table(rows))
+        _emit(rows, args, argv)
         return 0
     worlds = {int(w) for w in args.worlds.split(",")}
     with tempfile.TemporaryDirectory(prefix="anchored-") as tmp:
@@ -205,8 +231,21 @@ def main(argv=None) -> int:
                    estimator=args.estimator, nice=args.nice)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
-    print(table(rows))
+    _emit(rows, args, argv)
     return 0
+
+
+def _emit(rows, args, argv) -> None:
+    print(table(rows))
+    if not (args.markdown or args.docs):
+        return
+    cmd = "python benchmarks/anchored_proxies.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]) if a not in ("--docs",))
+    text = section(rows, cmd.strip())
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.docs:
+        write_docs(ROOT / "autoplace" / "docs" / "measured_candidates.md", text)
 
 
 if __name__ == "__main__":
