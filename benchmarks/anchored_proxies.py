@@ -19,6 +19,7 @@ Results: --out (default benchmarks/results/anchored_proxies.json).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -51,7 +52,7 @@ def step_of(times: list[dict], estimator: str = "median") -> float:
 
 def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks: int, steps: int,
         seq_len: int, global_batch: int, hardware: str, work: Path, warmup: int = 2,
-        estimator: str = "median", nice: int | None = None) -> list[dict]:
+        estimator: str = "median", nice: int | None = None, cores: str = "pin") -> list[dict]:
     from autoplace.plan import parse_plan
     from autoplace.profile.launch import run_plans
     from autoplace.profile.proxy import proxy_of, robust_step_s
@@ -77,9 +78,12 @@ def run(backend: str, plans: dict, layers: int, proxy_layers: tuple, proxy_ranks
             for (w, gb), idx in by_gb.items():
                 print(f"[proxy] {len(idx)} plans, {L} layer(s) on {w} ranks, batch {gb}", file=sys.stderr, flush=True)
                 tag = f"proxy{W}_{L}_{w}_{gb}"
-                prec = run_plans(proxies[L][idx[0]].model, [proxies[L][i].plan for i in idx], w, backend=backend,
-                                 settings=dict(base, global_batch=gb), equivalence=False,
-                                 out_jsonl=work / f"{tag}.jsonl", workdir=work / tag, env={**prio, **(_cpu_share(backend, w, W) or {})})
+                share = None if cores == "fill" else _cpu_share(backend, w, W)
+                with _fillers(backend, w, W, nice) if cores == "fill" else contextlib.nullcontext():
+                    prec = run_plans(proxies[L][idx[0]].model, [proxies[L][i].plan for i in idx], w,
+                                     backend=backend, settings=dict(base, global_batch=gb), equivalence=False,
+                                     out_jsonl=work / f"{tag}.jsonl", workdir=work / tag,
+                                     env={**prio, **(share or {})})
                 for i, r in zip(idx, prec):
                     meas_proxy[(L, i)] = r
         for i, (t, p, r) in enumerate(zip(texts, full, recs)):
@@ -132,6 +136,30 @@ def analyse(rows, backend, layers, proxy_layers, proxy_ranks, seq_len, global_ba
         row.update(**a, analytic_err=a["analytic_s"] / row["measured_s"] - 1,
                    anchored_err=a["anchored_s"] / row["measured_s"] - 1)
     return rows
+
+
+@contextlib.contextmanager
+def _fillers(backend: str, w: int, W: int, nice: int | None):
+    """On CPU with more plan ranks than cores: the plan's W − w other ranks as busy processes on the
+    same cores (at the ranks' priority) while the proxy runs, so the proxy's ranks share the cores as
+    the plan's do — and a blocking collective waits for a time slice of a rank that is not its peer,
+    as in the plan (pinning the proxy to fewer cores hands the CPU straight to the peer instead)."""
+    import os
+    import subprocess
+    n = os.cpu_count() or 1
+    procs = []
+    if backend == "gloo" and W > n:
+        code = ("import os,sys\nfrom autoplace.profile.worker import set_priority\n"
+                f"set_priority({nice if nice is not None else 0})\nwhile True: pass\n")
+        for _ in range(W - w):
+            procs.append(subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                                          env=dict(os.environ, PYTHONPATH=str(ROOT))))
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def _cpu_share(backend: str, w: int, W: int) -> dict | None:
@@ -210,6 +238,9 @@ def main(argv=None) -> int:
     ap.add_argument("--from-json", nargs="+", default=None,
                     help="re-analyse the measurements of saved runs (rows of several files together); no run")
     ap.add_argument("--worlds", default="2,4", help="rank counts of the full-size plans to run")
+    ap.add_argument("--cores", choices=("pin", "fill"), default="fill",
+                    help="CPU, plans with more ranks than cores: a proxy pinned to its share of the cores "
+                         "(pin) or on all cores beside busy processes standing in for the plan's other ranks (fill)")
     ap.add_argument("--markdown", default=None, help="also write the section (command, table, means) here")
     ap.add_argument("--docs", action="store_true",
                     help="also replace the generated region of autoplace/docs/measured_candidates.md")
@@ -219,7 +250,8 @@ def main(argv=None) -> int:
         for f in args.from_json:
             doc = json.loads(Path(f).read_text())
             a = doc["args"]
-            rows += analyse(doc["rows"], a["backend"], a["layers"], _layers(a["proxy_layers"]), a["proxy_ranks"],
+            keep = [r for r in doc["rows"] if str(r["world"]) in args.worlds.split(",")]
+            rows += analyse(keep, a["backend"], a["layers"], _layers(a["proxy_layers"]), a["proxy_ranks"],
                             a["seq_len"], a["global_batch"], a["hardware"], estimator=args.estimator)
         _emit(rows, args, argv)
         return 0
@@ -228,7 +260,7 @@ def main(argv=None) -> int:
         plans = {w: ts for w, ts in (QUICK if args.quick else PLANS).items() if w in worlds}
         rows = run(args.backend, plans, args.layers, _layers(args.proxy_layers), args.proxy_ranks,
                    args.steps, args.seq_len, args.global_batch, args.hardware, Path(tmp), warmup=args.warmup,
-                   estimator=args.estimator, nice=args.nice)
+                   estimator=args.estimator, nice=args.nice, cores=args.cores)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1) + "\n")
     _emit(rows, args, argv)
