@@ -310,11 +310,21 @@ def test_runner_refusals_separate_the_machine_from_the_runner():
                                                                "implemented by the plan runner"]
     # the world is checked only when given; MoE and precision are runner switches
     assert machine_refusals(parse_plan("tp=2").resolved(2), "gloo", 4)[0].endswith("≠ 4 ranks")
-    moe = get_preset("mixtral-8x7b")
-    assert "MoE" in capability_refusals(parse_plan("zero=0").resolved(2), moe, job)[0]
-    assert capability_refusals(parse_plan("zero=0").resolved(2), TINY, dict(job, precision="bf16")) == \
-        ["the runner trains in fp32 (precision=bf16)"]
-    assert not TORCH_NATIVE.moe and TORCH_NATIVE.offload == {"none", "params"}
+    moe = TINY.with_(num_experts=4, top_k=2, expert_ffn_hidden=128)
+    assert capability_refusals(parse_plan("ep=2").resolved(2), moe, job) == []
+    assert capability_refusals(parse_plan("tp=2").resolved(2), moe, job) == \
+        ["MoE with tp > 1 (expert tensor parallelism) is not implemented by the plan runner"]
+    assert capability_refusals(parse_plan("zero=3,ep=2").resolved(2), moe, job)[0].startswith("MoE with zero=3")
+    assert capability_refusals(parse_plan("ep=2").resolved(2), TINY, job) == \
+        ["ep=2 on a dense model (num_experts = 0)"]
+    assert capability_refusals(parse_plan("zero=0").resolved(2), TINY, dict(job, precision="bf16")) == []
+    assert capability_refusals(parse_plan("zero=0").resolved(2), TINY, dict(job, precision="fp16")) == \
+        ["the runner trains in bf16/fp32 (precision=fp16)"]
+    fp8 = capability_refusals(parse_plan("zero=0").resolved(2), TINY, dict(job, precision="fp8"))
+    import importlib.util
+    if importlib.util.find_spec("transformer_engine") is None:
+        assert fp8 == ["precision=fp8 needs Transformer Engine (transformer_engine is not installed)"]
+    assert TORCH_NATIVE.moe and TORCH_NATIVE.offload == {"none", "params"}
     # every reason at once, joined
     with pytest.raises(Unsupported, match=r"kv_heads=2 .*; seq_len 66 not divisible by tp=4$"):
         check_runnable(parse_plan("tp=4,sp=1").resolved(4), TINY, dict(job, seq_len=66), "gloo", world=4)

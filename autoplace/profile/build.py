@@ -61,7 +61,18 @@ class Built:
         if tp > 1:
             for c in self.chunks:
                 apply_tp(c, m["tp"], plan, job.get("sp_impl", "megatron"))
+        if job.get("precision") == "fp8":     # TE linears (tp = 1: capabilities.fp8_refusal)
+            from autoplace.profile.fp8 import swap_linears
+            for c in self.chunks:
+                swap_linears(c)
         apply_recompute(self.chunks, plan, selective_policy(job))
+        # mixture of experts: EP groups, experts sharded over them (before any DP wrapping)
+        from autoplace.profile.moe import MoE
+        self.moe_layers = [layer.feed_forward for c in self.chunks for layer in c.layers.values()
+                           if isinstance(layer.feed_forward, MoE)]
+        self.expert_dp_group = None
+        if self.moe_layers:
+            self._build_ep()
         # data parallelism
         self.dp_kind = "none"
         self.wrapped = list(self.chunks)
@@ -79,6 +90,9 @@ class Built:
                 from torch.nn.parallel import DistributedDataParallel as DDP
                 wrapped = []
                 for c in self.chunks:
+                    experts = [n for n, _ in c.named_parameters() if ".experts." in n]
+                    if experts:   # reduced over the expert-DP group instead (`_reduce_expert_grads`)
+                        DDP._set_params_and_buffers_to_ignore_for_model(c, experts)
                     if tp > 1:
                         from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
                         _pre_dp_module_transform(c)
@@ -112,6 +126,65 @@ class Built:
         self.schedule = None
         if pp > 1:
             self._build_pipeline()
+
+    def _build_ep(self):
+        """EP groups: consecutive blocks of `ep` ranks of each data-parallel group (Megatron's order
+        tp-cp-ep-dp-pp with tp = cp = 1); expert-DP groups: the ranks holding the same experts
+        (stride ep); a metadata group per EP group for dropless token counts. Every rank creates
+        every group, in the same order (`dist.new_group`)."""
+        plan, job = self.plan, self.job
+        ep = plan.ep
+        cf = float(job.get("moe_capacity_factor", 0.0) or 0.0)
+        gemm = job.get("moe_gemm") or None
+        ranks = np.asarray(self.mesh.mesh.tolist())           # [pp, dpr, dps, cp, tp]
+        me = dist.get_rank()
+        mine = {}
+        for ipp in range(ranks.shape[0]):
+            for icp in range(ranks.shape[3]):
+                for itp in range(ranks.shape[4]):
+                    dpl = [int(r) for r in ranks[ipp, :, :, icp, itp].reshape(-1)]
+                    for j in range(len(dpl) // ep):
+                        blk = dpl[j * ep:(j + 1) * ep]
+                        if ep > 1:
+                            g = dist.new_group(blk)
+                            gm = dist.new_group(blk) if cf == 0 else None
+                            if me in blk:
+                                mine["ep"], mine["meta"] = g, gm
+                                mine["ep_rank"] = blk.index(me)
+                    for i in range(ep):
+                        col = dpl[i::ep]
+                        if len(col) > 1:
+                            g = dist.new_group(col)
+                            if me in col:
+                                mine["edp"] = g
+        self.expert_dp_group = mine.get("edp")
+        for name, axis in (("ep", "ep"), ("meta", "ep_meta"), ("edp", "dp")):
+            g = mine.get(name)
+            if g is not None:
+                self.axis_of_group[g.group_name] = axis
+                self.group_sizes[g.group_name] = dist.get_world_size(g)
+        self.ep_rank = mine.get("ep_rank", 0)
+        for moe in self.moe_layers:
+            moe.capacity_factor = cf
+            if gemm:
+                moe.gemm = gemm
+            moe.shard_experts(mine.get("ep"), mine.get("meta"), ep, self.ep_rank)
+
+    def _reduce_expert_grads(self):
+        """Expert gradients: summed over the expert-DP group, then ÷ dp (each rank's experts already
+        hold the gradient of every token its EP group routed to them; dense gradients are the DDP
+        mean over dp — Megatron scales expert gradients the same way)."""
+        if not self.moe_layers:
+            return
+        scale = 1.0 / self.plan.dp
+        for moe in self.moe_layers:
+            for p in moe.experts.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if self.expert_dp_group is not None and "dp_grad_reduce" not in self.plan.omit:
+                    dist.all_reduce(p.grad, group=self.expert_dp_group)
+                if scale != 1.0:
+                    p.grad.mul_(scale)
 
     def _build_tied_group(self):
         m = self.mesh
@@ -150,6 +223,18 @@ class Built:
         with measure.region("head"):
             return cross_entropy(logits, labels)
 
+    def _precision_ctx(self):
+        """bf16 mixed precision (torch AMP): the forward's matmuls and attention run under
+        `torch.autocast(dtype=bfloat16)`, parameters, gradients and Adam state stay fp32 (the `fp32`
+        byte regime); fp32 (the default) runs as is — the exactness checks run in fp32."""
+        prec = self.job.get("precision", "fp32")
+        if prec == "bf16":
+            return torch.autocast(self.rt.device.type, dtype=torch.bfloat16)
+        if prec == "fp8":
+            from autoplace.profile.fp8 import fp8_ctx
+            return fp8_ctx()
+        return contextlib.nullcontext()
+
     def _loss_ctx(self):
         if self.plan.tp > 1:
             from torch.distributed.tensor.parallel import loss_parallel
@@ -169,7 +254,7 @@ class Built:
         ids, labels = self.local_data(step)
         plan = self.plan
         loss_val = None
-        with self._loss_ctx():
+        with self._loss_ctx(), self._precision_ctx():
             if self.schedule is not None:
                 losses = []
                 kw = {}
@@ -206,6 +291,7 @@ class Built:
                 loss_val = tot / self.m
         if self.tied_group is not None:
             self._tied_reduce()
+        self._reduce_expert_grads()
         self._finalize_dtensor_grads()
         self.optimizer.step()
         if self.tp_rank != 0:

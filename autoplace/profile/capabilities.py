@@ -42,8 +42,16 @@ def fsdp2_cpu_offload(plan: Plan) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class RunnerCapabilities:
     """Switches of what a plan runner implements (the future `torch-native` runtime file)."""
-    moe: bool = False
-    """MoE layers and expert parallelism."""
+    moe: bool = True
+    """MoE layers and expert parallelism (`autoplace.profile.moe`: top-k router, all-to-all dispatch
+    over EP, per-expert / grouped GEMMs, dropless and capacity-factor modes)."""
+    moe_with_tp: bool = False
+    """MoE layers together with tp > 1 (expert TP, EP carved from TP×DP)."""
+    moe_zero: frozenset = frozenset({0})
+    """ZeRO stages with MoE layers (experts are reduced over their expert-DP group next to DDP;
+    ZeRO-1/2/FSDP2 shards of experts over that group are not implemented)."""
+    shared_experts: bool = False
+    """Always-on shared experts (Qwen-MoE / DeepSeek)."""
     context_parallel: bool = False
     """cp > 1 (torch's `context_parallel` ring attention)."""
     offload: frozenset = frozenset({"none", "params"})
@@ -62,8 +70,9 @@ class RunnerCapabilities:
     """Uneven `layer_split` together with the interleaved schedule."""
     omit: frozenset = frozenset({"dp_grad_reduce", "sp_norm_reduce"})
     """Obligations that can be left out as negative controls (`Plan.omit`)."""
-    precisions: frozenset = frozenset({"fp32"})
-    """Training precisions."""
+    precisions: frozenset = frozenset({"fp32", "bf16"})
+    """Training precisions: fp32, and bf16 mixed precision (torch.autocast, fp32 parameters and Adam
+    state). fp8 runs through Transformer Engine only: `fp8_refusal`."""
     selective_policies: frozenset = frozenset({"attention", "op-sac"})
     """What recompute=selective can mean (`settings.selective_policy`)."""
     op_sac_with_tp: bool = False
@@ -117,6 +126,22 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
         out.append("cp > 1: context parallelism is not implemented by the plan runner")
     if (plan.ep > 1 or model.is_moe) and not caps.moe:
         out.append("MoE / expert parallelism is not implemented by the plan runner")
+    elif plan.ep > 1 and not model.is_moe:
+        out.append(f"ep={plan.ep} on a dense model (num_experts = 0)")
+    elif model.is_moe:
+        if plan.tp > 1 and not caps.moe_with_tp:
+            out.append("MoE with tp > 1 (expert tensor parallelism) is not implemented by the plan runner")
+        if plan.zero not in caps.moe_zero:
+            out.append(f"MoE with zero={plan.zero}: the runner reduces experts over their expert-DP "
+                       "group next to DDP (zero=0 only)")
+        if model.shared_expert_ffn_hidden and not caps.shared_experts:
+            out.append("shared experts are not implemented by the plan runner")
+        if model.expert_bias:
+            out.append("expert / router biases are not implemented by the plan runner")
+        if plan.dp % plan.ep or model.num_experts % plan.ep:
+            out.append(f"ep={plan.ep} must divide dp={plan.dp} and num_experts={model.num_experts}")
+        if (plan.etp or plan.tp) != plan.tp:
+            out.append("etp ≠ tp is not implemented by the plan runner")
     if plan.off >= 1:
         if plan.offload not in caps.offload or plan.zero != caps.offload_needs_zero:
             out.append(f"offload={plan.offload}: torch's only native offload is FSDP2 CPUOffloadPolicy "
@@ -145,7 +170,13 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
             out.append("op-level SAC with tp > 1: the layer's TP collectives would be recomputed "
                        "(not saved, as the cost model assumes)")
     precision = _setting(train, "precision")
-    if precision not in caps.precisions:
+    if precision == "fp8":
+        why = fp8_refusal()
+        if why:
+            out.append(why)
+        elif plan.tp > 1 or model.is_moe:
+            out.append("precision=fp8 with tp > 1 or MoE layers is not implemented by the plan runner")
+    elif precision not in caps.precisions:
         out.append(f"the runner trains in {'/'.join(sorted(caps.precisions))} (precision={precision})")
     # -- how the runner builds the model (parallelize, build) --
     if plan.dp < 1 or plan.dp_replicate < 1:
@@ -176,6 +207,20 @@ def capability_refusals(plan: Plan, model, train, caps: RunnerCapabilities = TOR
     if "sp_norm_reduce" in plan.omit and not (plan.sp and plan.tp > 1):
         out.append("omit=sp_norm_reduce needs sp=1, tp > 1")
     return out
+
+
+def fp8_refusal() -> str | None:
+    """Why the runner cannot train in FP8 here (one line), None where Transformer Engine is installed
+    and a CUDA device with FP8 GEMMs (compute capability ≥ 8.9) is present."""
+    import importlib.util
+    if importlib.util.find_spec("transformer_engine") is None:
+        return "precision=fp8 needs Transformer Engine (transformer_engine is not installed)"
+    import torch
+    if not torch.cuda.is_available():
+        return "precision=fp8 needs a CUDA device (Transformer Engine's FP8 GEMMs)"
+    if torch.cuda.get_device_capability() < (8, 9):
+        return "precision=fp8 needs compute capability ≥ 8.9 (Ada / Hopper / Blackwell)"
+    return None
 
 
 def runner_refusals(plan: Plan, model, train, backend: str, *, world: int | None = None) -> list[str]:

@@ -56,6 +56,19 @@ def torchrun_argv(nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
     return base + ["--nproc-per-node", str(nproc)]
 
 
+def local_nodes_argv(nproc: int, nnodes: int, host: str = "127.0.0.1") -> list[list[str]]:
+    """torchrun command lines of `nnodes` agents on this host, `nproc / nnodes` ranks each, joined by
+    a c10d rendezvous at host:PORT (a free port) — what each node of a cluster runs, on one machine."""
+    if nproc % nnodes:
+        raise ValueError(f"{nproc} ranks do not split over {nnodes} nodes")
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    return [torchrun_argv(nproc // nnodes, nnodes=nnodes, rdzv_endpoint=f"{host}:{port}", node_rank=i)
+            + ["--rdzv-id", f"autoplace-{port}"] for i in range(nnodes)]
+
+
 _KEEP = ("error", "traceback", "exitcode", "signal", "killed", "failed", "exception", "oom", "memory")
 
 
@@ -118,11 +131,13 @@ def _run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: st
                settings: dict | None = None, hardware=None, plan_timeout_s: float = 300.0,
                startup_timeout_s: float = 300.0, equivalence: bool = True, tolerance: dict | None = None,
                env: dict | None = None, workdir: str | Path | None = None, verbose: bool = False,
-               max_launches: int | None = None) -> list[dict]:
+               max_launches: int | None = None, nnodes: int = 1) -> list[dict]:
     """See `run_plans`.
 
     model: ModelSpec; plans: list of Plan (dp may be 0 → derived from nproc); settings: seq_len,
-    global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see settings.DEFAULTS).
+    global_batch, steps, warmup, seed, lr, adam_eps, sp_impl (see settings.DEFAULTS); nnodes > 1:
+    the `nproc` ranks as `nnodes` torchrun agents on this host joined by a c10d rendezvous
+    (`local_nodes_argv`), the multi-node launch path on one machine.
     """
     settings = dict(DEFAULTS, **(settings or {}))
     selective_policy(settings)          # a policy the runner does not know fails here, not in a worker
@@ -151,16 +166,25 @@ def _run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: st
                "collective_timeout_s": max(60.0, plan_timeout_s)}
         job_path = work / f"{tag}.job.json"
         job_path.write_text(json.dumps(job))
-        argv = torchrun_argv(nproc) + ["-m", "autoplace.profile.worker", "--job", str(job_path)]
+        tail_argv = ["-m", "autoplace.profile.worker", "--job", str(job_path)]
+        argvs = ([torchrun_argv(nproc) + tail_argv] if nnodes <= 1
+                 else [a + tail_argv for a in local_nodes_argv(nproc, nnodes)])
         stderr_path = work / f"{tag}.stderr.txt"
         penv = worker_env(env)
         penv.setdefault("PYTHONUNBUFFERED", "1")
         with open(stderr_path, "w") as errf:
-            proc = _start(argv, errf, penv)
+            others = [_start(a, errf, penv) for a in argvs[1:]]
+            proc = _start(argvs[0], errf, penv)
             t_launch = time.time()
             timed_out = None
             try:
-                while proc.poll() is None:
+                while proc.poll() is None or any(o.poll() is None for o in others):
+                    if others and any(o.poll() not in (None, 0) for o in [proc, *others]):
+                        # one agent failed: end the others (they would wait on the rendezvous)
+                        for o in [proc, *others]:
+                            if o.poll() is None:
+                                _kill(o, grace_s=5.0)
+                        break
                     time.sleep(0.25)
                     events = read_jsonl(progress)
                     started = [e for e in events if e["event"] == "start"]
@@ -169,17 +193,21 @@ def _run_plans(model, plans, nproc: int, *, backend: str = "gloo", out_jsonl: st
                     now = time.time()
                     if current is not None and now - current["t"] > plan_timeout_s:
                         timed_out = current["index"]
-                        _kill(proc)
+                        for o in [proc, *others]:
+                            _kill(o)
                         break
                     if not started and now - t_launch > startup_timeout_s:
                         timed_out = -1
-                        _kill(proc)
+                        for o in [proc, *others]:
+                            _kill(o)
                         break
             except BaseException:        # Ctrl-C, SIGTERM, an error: end the whole torchrun group
-                _kill(proc)
+                for o in [proc, *others]:
+                    _kill(o)
                 raise
-            _kill(proc, grace_s=2.0)       # workers that outlived torchrun (no-op when the group is gone)
-        rc = proc.returncode
+            for o in [proc, *others]:
+                _kill(o, grace_s=2.0)      # workers that outlived torchrun (no-op when the group is gone)
+        rc = proc.returncode or next((o.returncode for o in others if o.returncode), 0)
         events = read_jsonl(progress)
         done = [e["index"] for e in events if e["event"] == "done"]
         started = [e["index"] for e in events if e["event"] == "start"]

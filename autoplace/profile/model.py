@@ -35,6 +35,8 @@ backward per layer, the "10 units" of autoplace.cost.comm.tp_units_per_layer). T
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -317,9 +319,9 @@ def _core_attention(q, k, v):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec, ffn_hidden: int | None = None):
         super().__init__()
-        h, f = spec.hidden, spec.ffn_hidden
+        h, f = spec.hidden, ffn_hidden or spec.ffn_hidden
         self.gated = spec.gated_mlp
         self.w1 = nn.Linear(h, f, bias=spec.mlp_bias)
         if self.gated:
@@ -341,12 +343,16 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec, moe: bool = False):
         super().__init__()
         self.attention_norm = _norm(spec, spec.hidden)
         self.attention = Attention(spec)
         self.ffn_norm = _norm(spec, spec.hidden)
-        self.feed_forward = FeedForward(spec)
+        if moe:
+            from autoplace.profile.moe import MoE
+            self.feed_forward = MoE(spec, lambda: FeedForward(spec, spec.f_expert))
+        else:
+            self.feed_forward = FeedForward(spec)
 
     def forward(self, x, cos, sin):
         h = x + self.attention(self.attention_norm(x), cos, sin)
@@ -366,7 +372,8 @@ class Decoder(nn.Module):
         self.tok_embeddings = nn.Embedding(spec.vocab, spec.hidden) if first else None
         self.pos_embeddings = (nn.Embedding(spec.max_seq_len, spec.hidden)
                                if first and spec.position == "learned" else None)
-        self.layers = nn.ModuleDict({str(i): Block(spec) for i in layer_ids})
+        from autoplace.profile.moe import is_moe_layer
+        self.layers = nn.ModuleDict({str(i): Block(spec, is_moe_layer(spec, i)) for i in layer_ids})
         self.norm = _norm(spec, spec.hidden) if last else None
         # tied: the output reuses the embedding when both live here; on a separate last stage it is
         # an untied copy whose gradient the runner all-reduces with the first stage's (tied reduce)
@@ -453,15 +460,25 @@ def count_params(model: nn.Module) -> int:
 
 
 def reference_run(spec, seq_len: int, global_batch: int, steps: int, seed: int, lr: float,
-                  adam_eps: float = 1e-8):
-    """Single-process training of the full model on the full global batch: losses and parameters."""
+                  adam_eps: float = 1e-8, moe_capacity_factor: float = 0.0,
+                  capacity_block: int | None = None, precision: str = "fp32"):
+    """Single-process training of the full model on the full global batch: losses and parameters.
+    MoE in capacity mode (cf > 0): the capacity applies per `capacity_block` tokens (a rank's
+    micro-batch, mbs·seq_len), as it does in the distributed run. precision "bf16": the forward under
+    bf16 autocast, as the runner's (`Built._precision_ctx`)."""
     model = Decoder(spec, seq_len)
     init_weights(model, seed)
+    from autoplace.profile.moe import MoE
+    for mod in model.modules():
+        if isinstance(mod, MoE):
+            mod.capacity_factor, mod.capacity_block = moe_capacity_factor, capacity_block
     opt = torch.optim.Adam(model.parameters(), lr=lr, eps=adam_eps, foreach=False)
     losses = []
     for step in range(steps):
         ids, labels = make_batch(spec, seq_len, global_batch, seed, step)
-        loss = cross_entropy(model(ids), labels)
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+              else contextlib.nullcontext()):
+            loss = cross_entropy(model(ids), labels)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

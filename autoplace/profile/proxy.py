@@ -75,10 +75,11 @@ def proxy_of(model, plan, world: int, w: int, *, layers: int = 1, micro_batches:
     return Proxy(pm, prox, dp * inner, p.mbs * dp * m, L)
 
 
-def robust_step_s(rec: dict) -> float | None:
-    """A run's step time robust to a shared host: per rank the fastest timed step (other processes only
-    ever add time), then the slowest rank (the step ends when every rank has finished)."""
-    ts = [min(r["step_times_s"]) for r in rec.get("ranks") or [] if r.get("step_times_s")]
+def robust_step_s(rec: dict, pick=min) -> float | None:
+    """A run's step time: per rank `pick` of its timed steps (min: the fastest — other processes only
+    ever add time; `statistics.median`), then the slowest rank (the step ends when every rank has
+    finished)."""
+    ts = [pick(r["step_times_s"]) for r in rec.get("ranks") or [] if r.get("step_times_s")]
     return max(ts) if ts else rec.get("step_s")
 
 

@@ -78,7 +78,9 @@ def runner_attention(spec, backend: str) -> str:
 def train_spec(settings: dict, backend: str = "gloo", spec=None):
     from autoplace.specs.training import TrainingSpec
     return TrainingSpec(seq_len=int(settings["seq_len"]), global_batch=int(settings["global_batch"]),
-                        precision="fp32", regime="fp32", attention=runner_attention(spec, backend),
+                        precision=settings.get("precision") or "fp32", regime="fp32",
+                        attention=runner_attention(spec, backend),
+                        moe_capacity_factor=float(settings.get("moe_capacity_factor") or 0.0),
                         vocab_divisible_by=1, runtime=runner_runtime(settings, backend))
 
 

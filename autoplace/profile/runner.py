@@ -70,7 +70,7 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
     warm, steps = int(job["warmup"]), int(job["steps"])
     total = warm + steps + 1
     losses_local = []
-    times = []
+    times, cpu_times, runq_times = [], [], []
     act = None
     comm = None
     tracked = None
@@ -81,6 +81,7 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
         instrumented = step == total - 1
         dist.barrier()
         rt.sync()
+        s0 = sched_times()
         t0 = time.perf_counter()
         if instrumented:
             counter = measure.SavedTensorCounter()
@@ -102,8 +103,12 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
             lv = b.train_step(step)
             rt.sync()
         dt = time.perf_counter() - t0
+        s1 = sched_times()
         if warm <= step < warm + steps:
             times.append(dt)
+            if s0 and s1:
+                cpu_times.append(s1[0] - s0[0])
+                runq_times.append(s1[1] - s0[1])
         losses_local.append(lv)
         if instrumented:
             sb = b.state_bytes()
@@ -138,9 +143,12 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
     body = act["peak_by_region"].get("body", 0) if act else None
     res = {
         "rank": rt.rank, "pp_rank": b.pp_rank, "tp_rank": b.tp_rank, "dp_rank": b.dp_rank,
-        "stage": b.pp_rank,
+        "stage": b.pp_rank, "ep_rank": getattr(b, "ep_rank", 0),
+        "moe_dropped": sum(m.dropped for m in b.moe_layers),
         "step_s": float(sorted(times)[len(times) // 2]) if times else None,
         "step_times_s": times,
+        "step_cpu_s": cpu_times,
+        "step_runq_s": runq_times,
         "state_bytes": sb,
         "activation_bytes": body,
         "activation_bytes_total": act["peak_total"] if act else None,
@@ -156,6 +164,26 @@ def run_plan(plan: Plan, spec, job: dict, rt: Runtime, reference=None) -> dict:
     }
     del b
     return res
+
+
+def sched_times() -> tuple[float, float] | None:
+    """(CPU time, time runnable but waiting for a CPU) of this process, all threads, in seconds
+    (Linux `/proc/self/task/*/schedstat`: ns on the CPU, ns on a run queue); None elsewhere. A step's
+    run-queue time is what other processes on a shared host took from it."""
+    import os
+    try:
+        cpu = wait = 0
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/schedstat") as f:
+                    a, b, _ = f.read().split()
+            except (OSError, ValueError):
+                continue            # a thread that ended meanwhile
+            cpu += int(a)
+            wait += int(b)
+        return cpu * 1e-9, wait * 1e-9
+    except OSError:
+        return None
 
 
 def _axes(d: dict) -> dict:

@@ -7,13 +7,17 @@ the caller's overrides (`run_plans(settings=...)`), one JSON object per launch.
 from __future__ import annotations
 
 DEFAULTS = dict(seq_len=64, global_batch=8, steps=2, warmup=1, seed=1234, lr=1e-3, adam_eps=1e-4,
-                sp_impl="megatron", precision="fp32", selective_policy=None)
+                sp_impl="megatron", precision="fp32", selective_policy=None,
+                moe_capacity_factor=0.0, moe_gemm=None)
 """seq_len, global_batch (sequences per step), steps (timed, after `warmup`; one instrumented step
 follows), seed, lr and adam_eps (Adam), sp_impl ("megatron": SP saves the local shard and re-gathers
 in backward; "dtensor": torch's SequenceParallel), precision (the runner trains in fp32),
 selective_policy (what recompute=selective runs: "attention" = Megatron's attention-core
 recompute, "op-sac" = torchtitan's op-level SAC; None = the `memory.selective` of the runner's
-runtime, `RUNNER_RUNTIME`)."""
+runtime, `RUNNER_RUNTIME`), moe_capacity_factor (0 = dropless token dispatch; cf > 0: each expert
+takes ⌈cf·T·k/E⌉ copies per source rank, the rest dropped, buffers padded: `autoplace.profile.moe`),
+moe_gemm ("grouped" = torch._grouped_mm, "per-expert" = one GEMM per expert; None = grouped where
+torch has it)."""
 
 SP_IMPLS = ("megatron", "dtensor")
 """`sp_impl` values the runner implements."""

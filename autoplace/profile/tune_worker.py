@@ -18,6 +18,7 @@ import argparse
 import os
 import signal
 import socket
+import statistics
 import sys
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def measure_candidate(cfg, index: int, workdir: Path) -> dict:
         docs.append(estimate(pr.model, hw, tr, pplan, pr.world))
         jobs.append((pr.model, tr, pplan, pr.world))
         proxies.append(pr)
-        rec["step_s"] = robust_step_s(rec)
+        rec["step_s"] = robust_step_s(rec, statistics.median)
         recs.append(rec)
         peak = max((measured_peak(r) or 0) for r in rec["ranks"]) or None
         obs.append({"plan": plan_document(pr.model, hw, tr, pplan, pr.world), "step_s": rec["step_s"],

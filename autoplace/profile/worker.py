@@ -43,11 +43,32 @@ def _inject_fault(idx: int, rank: int) -> None:
                 raise RuntimeError(f"injected failure in plan {idx}")
 
 
+def set_priority(nice: int) -> None:
+    """Run this rank at `nice` (timing runs on a shared host). Linux with autogroup scheduling
+    (`/proc/sys/kernel/sched_autogroup_enabled`) shares the CPU between sessions first — and torch
+    elastic starts every rank in a session of its own — so a process's nice value only orders it within
+    its session; the session's weight is `/proc/self/autogroup`'s nice, set here too. Lowering a nice
+    value needs privileges: refused silently (the run goes on at the default priority)."""
+    import os
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except (PermissionError, OSError):
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="autoplace.profile.worker")
     ap.add_argument("--job", required=True)
     args = ap.parse_args(argv)
     job = json.loads(Path(args.job).read_text())
+    nice = os.environ.get("AUTOPLACE_NICE")
+    if nice:
+        set_priority(int(nice))
     cpus = os.environ.get("AUTOPLACE_CPU_SET")
     if cpus and hasattr(os, "sched_setaffinity"):
         # a CPU proxy of a plan with more ranks than cores: its ranks share as many cores as the plan's
@@ -73,12 +94,23 @@ def main(argv=None) -> int:
     progress = job["progress"]
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
 
-    ref = None
-    if job.get("equivalence", True):
-        # the single-process run: same model, init seed, data and optimizer, full global batch
-        total = int(settings["warmup"]) + int(settings["steps"]) + 1
-        ref = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
-                            settings["seed"], settings["lr"], settings["adam_eps"])
+    refs: dict = {}
+    cf = float(settings.get("moe_capacity_factor") or 0.0)
+
+    def reference(plan):
+        """The single-process run: same model, init seed, data and optimizer, full global batch
+        (MoE capacity mode: capacity per block of one rank's micro-batch, so one per mbs)."""
+        if not job.get("equivalence", True):
+            return None
+        key = plan.mbs if cf > 0 and spec.is_moe else None
+        if key not in refs:
+            total = int(settings["warmup"]) + int(settings["steps"]) + 1
+            refs[key] = reference_run(spec, settings["seq_len"], settings["global_batch"], total,
+                                      settings["seed"], settings["lr"], settings["adam_eps"],
+                                      moe_capacity_factor=cf,
+                                      capacity_block=key * int(settings["seq_len"]) if key else None,
+                                      precision=settings.get("precision", "fp32"))
+        return refs[key]
 
     for item in job["plans"]:
         idx = item["index"]
@@ -89,7 +121,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         try:
             _inject_fault(idx, rank)
-            res = run_plan(plan, spec, settings, rt, reference=ref)
+            res = run_plan(plan, spec, settings, rt, reference=reference(plan))
             status, err = "ok", None
         except Unsupported as e:
             res, status, err = None, "skipped", str(e)
