@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoplace.cost.step import evaluate
+from autoplace.cost.step import SEARCH_KEYS, evaluate
 from autoplace.search.batch import GridBatch, PlanBatch
 
-RESULT_KEYS = ("step_s", "fits", "peak_bytes", "limit_bytes")
+RESULT_KEYS = SEARCH_KEYS
 
 
 def evaluate_block(ctx, hw, grid: GridBatch, headroom: float = 0.0, keys=RESULT_KEYS) -> dict:
@@ -21,7 +21,7 @@ def evaluate_block(ctx, hw, grid: GridBatch, headroom: float = 0.0, keys=RESULT_
     shape (checked when the block is built), so there is no flattened fallback; an exception here
     is a cost-model bug and propagates."""
     with np.errstate(all="ignore"):
-        ev = evaluate(ctx, hw, grid, headroom)
+        ev = evaluate(ctx, hw, grid, headroom, report=any(k not in SEARCH_KEYS for k in keys))
     return {k: grid.full(ev[k]) for k in keys}
 
 
