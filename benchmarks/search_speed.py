@@ -20,7 +20,8 @@ of the --models × --gpus product.
 every search calls on its blocks): plan evaluations per second on one core (OMP/MKL/OpenBLAS
 threads 1, no worker processes) over a fixed set of legal plans — the enumeration's blocks of the
 default space (every block-recompute layer count materialized), taken evenly through the block list
-until `--plans` plans — median of `--repeats` passes, dense (13b/64, llama3-405b/16,384) and MoE
+until `--plans` plans — median of `--repeats` passes timed in process CPU seconds (so other
+load on the machine does not count), dense (13b/64, llama3-405b/16,384) and MoE
 (deepseek-v3/2,048, mixtral-8x7b/1,024). `--before DIR` (a checkout of an earlier revision, e.g.
 `git worktree add /tmp/before 1c4d1f4`) measures that code too, in child processes alternating
 with this checkout's, and the wall time of the README searches (`autoplace search`, and the
@@ -93,10 +94,10 @@ def _rate_child(root: str, name: str, W: int, n_plans: int, repeats: int) -> Non
     evaluate_block(ctx, hw, grids[0])
     ts = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()           # CPU seconds of this single-threaded process: per core
         for g in grids:
             evaluate_block(ctx, hw, g)
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.process_time() - t0)
     print(f"RATE {tot / float(np.median(ts)):.1f} {tot}")
 
 
