@@ -246,8 +246,17 @@ def hidden_tail(c, window, L, sm_share=0.0):
     share s of the SMs (`dp_sm_share`) and the compute under it runs on the rest: a compute-bound
     window is longer by s·c·(1 − 1/L); a link-bound one (c − window·(1 − 1/L) larger) has that slack."""
     L = np.maximum(_w(L), 1.0)
-    hid = c * (1.0 - 1.0 / L)
-    return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L + _w(sm_share) * hid), c)
+    keep = 1.0 - 1.0 / L
+    on = _w(window) > 0
+    ex = c - window * keep
+    floor = c / L + _w(sm_share) * (c * keep)
+    if isinstance(ex, np.ndarray) and ex.shape == np.broadcast_shapes(ex.shape, np.shape(floor)):
+        np.maximum(ex, floor, out=ex)
+    else:
+        ex = np.maximum(ex, floor)
+    if np.all(on) and np.ndim(ex) >= np.ndim(c) and np.shape(ex) == np.broadcast_shapes(np.shape(ex), np.shape(c)):
+        return ex                               # every plan overlaps: the select is the identity
+    return np.where(on, ex, c)
 
 
 def module_units(m):
@@ -577,9 +586,11 @@ def evaluate(ctx, hw, p, headroom: float = 0.0, report: bool = True):
     optimizer = optimizer_time(ctx, hw, p)
     offload = offload_time(ctx, hw, p)
     overhead = overhead_time(ctx, hw, p)
-    step = compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm + dp_exposed \
-        + optimizer + offload + overhead
-    peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p)
+    # summed in broadcast order: the per-stage terms (no sharding-mode axis), the state terms (no
+    # micro-batch / recompute axes), then the one term that spans the whole block
+    step = (compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm) \
+        + (optimizer + offload + overhead) + dp_exposed
+    peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p, parts=report)
     limit = Mm.memory_limit(hw, headroom)
     out = {
         "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
