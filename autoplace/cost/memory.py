@@ -28,6 +28,26 @@ def _w(x):
     return np.asarray(x, dtype=float)
 
 
+def memo(ctx, p, name, fn, i=None):
+    """fn() once per plan batch, ctx, name and stage index `i`: one evaluation asks for the same
+    per-stage counts many times (memory, DP traffic, optimizer, offload). A batch keeps the values
+    while it lives (its columns never change); a scalar Plan computes them each time."""
+    d = getattr(p, "__dict__", {}).get("_memo")     # the batch's own (a proxy that traces reads has none)
+    if d is None:
+        return fn()
+    if i is None:
+        key = (name, id(ctx))
+    else:
+        ia = np.asarray(i, dtype=float)
+        key = (name, id(ctx), ia.shape, ia.tobytes())
+    hit = d.get(key)
+    if hit is not None and hit[0] is ctx:
+        return hit[1]
+    v = fn()
+    d[key] = (ctx, v)
+    return v
+
+
 # ---- parameter counts per rank --------------------------------------------------------------
 def vocab_padded(ctx, p):
     return padded_vocab(ctx.model.vocab, p.tp, ctx.train.vocab_divisible_by)
@@ -80,6 +100,10 @@ def expert_layer_params_rank(model, ep, etp):
 
 def stage_param_counts(ctx, p, i):
     """(dense, expert) parameter elements held by one rank of pipeline stage i."""
+    return memo(ctx, p, "stage_param_counts", lambda: _stage_param_counts(ctx, p, i), i)
+
+
+def _stage_param_counts(ctx, p, i):
     m = ctx.model
     i = np.asarray(i)
     if m.states_only:
@@ -121,6 +145,10 @@ def collective_params_rank(ctx, p, i):
 
 def shard_groups(ctx, p):
     """(N_dense, N_expert): sizes of the ZeRO/FSDP sharding groups (dp_shard [× cp]; expert-DP)."""
+    return memo(ctx, p, "shard_groups", lambda: _shard_groups(ctx, p))
+
+
+def _shard_groups(ctx, p):
     cp_in = _w(p.cp) if _zero_over_cp(p) else 1.0
     n_dense = np.maximum(_w(p.dp) / _w(p.dp_replicate), 1.0) * cp_in
     d_exp = _w(ctx.world) / (_w(p.t_exp) * _w(p.ep) * _w(p.pp))

@@ -179,6 +179,8 @@ def stage_times(ctx, hw, p):
         mids = [one(False, False, i) for i in range(1, pp_s - 1)]
         tot = [float(np.asarray(d["f"] + d["b"])) for d in mids]
         out["middle"] = dict(mids[int(np.argmax(tot))], fb_sum=_w(sum(tot)))
+    elif not split and np.all(_w(p.pp) == 1):
+        out["middle"] = out["first"]        # no middle stage: pipeline_time and the breakdown never read it
     else:
         out["middle"] = one(False, False, 1)
     return out, lt, ht
@@ -331,17 +333,22 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
     nc_d, nc_e = np.maximum(ncoll * (1.0 - share_e), 1.0), np.maximum(ncoll * share_e, 1.0)
     nb_d, nb_e = np.maximum(buckets * (1.0 - share_e), 1.0), np.maximum(buckets * share_e, 1.0)
 
+    has_e = bool(np.any(psi_e > 0))                     # no expert group (dense model): its terms are 0
+
+    def _expert(fn):
+        return np.where(psi_e > 0, fn(), 0.0) if has_e else 0.0
+
     def _gather(width, op="ag"):
         return N.gather_time(hw, psi_d * width, nd, s_shard, nc_d, op=op) + \
-            np.where(psi_e > 0, N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op), 0.0)
+            _expert(lambda: N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op))
 
     ddp = N.allreduce_time(hw, psi_d * bG, grp, s_shard, nb_d) + \
-        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e), 0.0)
+        _expert(lambda: N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e))
     rsG = _gather(np.where(gm >= 1, bGr, bG), op="rs")
     rsGr = _gather(bGr, op="rs")
     agP = _gather(bP)
     inter = N.allreduce_time(hw, psi_d * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, nc_d) + \
-        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e), 0.0)
+        _expert(lambda: N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e))
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
