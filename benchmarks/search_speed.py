@@ -20,8 +20,9 @@ of the --models × --gpus product.
 every search calls on its blocks): plan evaluations per second on one core (OMP/MKL/OpenBLAS
 threads 1, no worker processes) over a fixed set of legal plans — the enumeration's blocks of the
 default space (every block-recompute layer count materialized), taken evenly through the block list
-until `--plans` plans — median of `--repeats` passes timed in process CPU seconds (so other
-load on the machine does not count), dense (13b/64, llama3-405b/16,384) and MoE
+until `--plans` plans — the fastest of `--repeats` passes (as `timeit` reports), each timed in
+process CPU seconds (so time the process spends descheduled does not count), the median of
+`--rounds` child processes per checkout, dense (13b/64, llama3-405b/16,384) and MoE
 (deepseek-v3/2,048, mixtral-8x7b/1,024). `--before DIR` (a checkout of an earlier revision, e.g.
 `git worktree add /tmp/before 1c4d1f4`) measures that code too, in child processes alternating
 with this checkout's, and the wall time of the README searches (`autoplace search`, and the
@@ -98,7 +99,7 @@ def _rate_child(root: str, name: str, W: int, n_plans: int, repeats: int) -> Non
         for g in grids:
             evaluate_block(ctx, hw, g)
         ts.append(time.process_time() - t0)
-    print(f"RATE {tot / float(np.median(ts)):.1f} {tot}")
+    print(f"RATE {tot / float(np.min(ts)):.1f} {tot}")
 
 
 def _child_rate(root: str, name: str, W: int, n_plans: int, repeats: int) -> tuple[float, int]:
@@ -119,14 +120,16 @@ def _cli_wall(root: str, args: tuple) -> float:
     return time.perf_counter() - t0
 
 
-def evaluator_table(before: str | None, n_plans: int, repeats: int, rounds: int, cli: bool) -> int:
+def evaluator_table(before: str | None, n_plans: int, repeats: int, rounds: int, cli: bool,
+                    rates: bool = True, cli_rounds: int | None = None) -> int:
     """The before/after evaluator-rate table (markdown on stdout), alternating the two checkouts."""
     after = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
     roots = [("after", after)] + ([("before", os.path.abspath(before))] if before else [])
-    print("| path | case | plans | " + " | ".join(f"{n} evals/s/core" for n, _ in roots)
-          + (" | after / before |" if before else " |"))
-    print("|---|---|---:|" + "---:|" * len(roots) + ("---:|" if before else ""))
-    for path, name, W in EVAL_CASES:
+    if rates:
+        print("| path | case | plans | " + " | ".join(f"{n} evals/s/core" for n, _ in roots)
+              + (" | after / before |" if before else " |"))
+        print("|---|---|---:|" + "---:|" * len(roots) + ("---:|" if before else ""))
+    for path, name, W in EVAL_CASES if rates else ():
         got = {n: [] for n, _ in roots}
         tot = 0
         for _ in range(rounds):
@@ -144,7 +147,7 @@ def evaluator_table(before: str | None, n_plans: int, repeats: int, rounds: int,
         print("|---|" + "---:|" * len(roots) + ("---:|" if before else ""))
         for args in CLI_RUNS:
             got = {n: [] for n, _ in roots}
-            for _ in range(rounds):
+            for _ in range(cli_rounds or rounds):
                 for n, r in (roots if _ % 2 == 0 else roots[::-1]):
                     got[n].append(_cli_wall(r, args))
             med = {n: float(np.median(v)) for n, v in got.items()}
@@ -163,9 +166,11 @@ def main(argv=None) -> int:
     ap.add_argument("--evaluator", action="store_true", help="evaluator plans/s on one core (markdown table)")
     ap.add_argument("--before", default=None, help="with --evaluator: checkout of the revision to compare against")
     ap.add_argument("--plans", type=int, default=2_000_000, help="with --evaluator: plans per case")
-    ap.add_argument("--repeats", type=int, default=3, help="with --evaluator: timed passes per child (median)")
-    ap.add_argument("--rounds", type=int, default=2, help="with --evaluator: alternating child runs per checkout")
+    ap.add_argument("--repeats", type=int, default=5, help="with --evaluator: timed passes per child (fastest)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --evaluator: alternating child runs per checkout (median)")
     ap.add_argument("--no-cli", action="store_true", help="with --evaluator: skip the CLI wall times")
+    ap.add_argument("--no-rates", action="store_true", help="with --evaluator: the CLI wall times only")
+    ap.add_argument("--cli-rounds", type=int, default=None, help="with --evaluator: runs per CLI command (default --rounds)")
     ap.add_argument("--models", default="7b,13b,70b,llama3-405b")
     ap.add_argument("--gpus", default="8,64,512,4096,16384")
     ap.add_argument("--space", default="default")
@@ -174,7 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bounded", action="store_true", help="also time the bounded exact search (--method auto)")
     a = ap.parse_args(argv)
     if a.evaluator:
-        return evaluator_table(a.before, a.plans, a.repeats, a.rounds, not a.no_cli)
+        return evaluator_table(a.before, a.plans, a.repeats, a.rounds, not a.no_cli, not a.no_rates, a.cli_rounds)
     if a.cases:
         cases = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")]
     else:
