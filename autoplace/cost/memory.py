@@ -28,6 +28,26 @@ def _w(x):
     return np.asarray(x, dtype=float)
 
 
+def memo(ctx, p, name, fn, i=None):
+    """fn() once per plan batch, ctx, name and stage index `i`: one evaluation asks for the same
+    per-stage counts many times (memory, DP traffic, optimizer, offload). A batch keeps the values
+    while it lives (its columns never change); a scalar Plan computes them each time."""
+    d = getattr(p, "__dict__", {}).get("_memo")     # the batch's own (a proxy that traces reads has none)
+    if d is None:
+        return fn()
+    if i is None:
+        key = (name, id(ctx))
+    else:
+        ia = np.asarray(i, dtype=float)
+        key = (name, id(ctx), ia.shape, ia.tobytes())
+    hit = d.get(key)
+    if hit is not None and hit[0] is ctx:
+        return hit[1]
+    v = fn()
+    d[key] = (ctx, v)
+    return v
+
+
 # ---- parameter counts per rank --------------------------------------------------------------
 def vocab_padded(ctx, p):
     return padded_vocab(ctx.model.vocab, p.tp, ctx.train.vocab_divisible_by)
@@ -80,6 +100,10 @@ def expert_layer_params_rank(model, ep, etp):
 
 def stage_param_counts(ctx, p, i):
     """(dense, expert) parameter elements held by one rank of pipeline stage i."""
+    return memo(ctx, p, "stage_param_counts", lambda: _stage_param_counts(ctx, p, i), i)
+
+
+def _stage_param_counts(ctx, p, i):
     m = ctx.model
     i = np.asarray(i)
     if m.states_only:
@@ -121,6 +145,10 @@ def collective_params_rank(ctx, p, i):
 
 def shard_groups(ctx, p):
     """(N_dense, N_expert): sizes of the ZeRO/FSDP sharding groups (dp_shard [× cp]; expert-DP)."""
+    return memo(ctx, p, "shard_groups", lambda: _shard_groups(ctx, p))
+
+
+def _shard_groups(ctx, p):
     cp_in = _w(p.cp) if _zero_over_cp(p) else 1.0
     n_dense = np.maximum(_w(p.dp) / _w(p.dp_replicate), 1.0) * cp_in
     d_exp = _w(ctx.world) / (_w(p.t_exp) * _w(p.ep) * _w(p.pp))
@@ -343,13 +371,20 @@ def logits_bytes(ctx, p):
 
 
 def transient_bytes(ctx, p, i):
-    """Short-lived buffers at the stage's peak (§2.4)."""
+    """Short-lived buffers at the stage's peak (§2.4): the sum of `transient_parts`."""
+    st, act = transient_parts(ctx, p, i)
+    return st + act
+
+
+def transient_parts(ctx, p, i):
+    """`transient_bytes` as (the parameter/gradient buffers, which follow the sharding mode; the
+    logits, recompute working set and CP K/V gathers, which follow the micro-batch and recompute)."""
     m, t = ctx.model, ctx.train
     if m.states_only or t.states_only:
         if t.regime == "deepspeed":
             # DeepSpeed estimators: largest layer gathered with its 16-bit grads, 4·Ψ_max (§2.3, T7)
-            return np.where(_w(p.p_mode) >= 1, (t.b_P + t.b_G) * _w(m.largest_unit_params()) / _w(p.tp), 0.0)
-        return _w(0.0) * _w(p.tp)
+            return np.where(_w(p.p_mode) >= 1, (t.b_P + t.b_G) * _w(m.largest_unit_params()) / _w(p.tp), 0.0), _w(0.0)
+        return _w(0.0) * _w(p.tp), _w(0.0)
     bP, bG = t.b_P, t.b_G
     bGr = t.b_G_reduce
     unit = largest_unit_rank(ctx, p)
@@ -370,7 +405,7 @@ def transient_bytes(ctx, p, i):
     cp_kv = np.where(_w(p.cp) > 1, 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A, 0.0)
     working = np.where((_w(p.rc) >= 2) | (len(getattr(p, "stage_recompute", ())) > 0),
                        activation_bytes_per_layer(ctx, p, 0), 0.0)
-    return sg + hold + rs_bucket + np.maximum(logits, working) + cp_kv
+    return sg + hold + rs_bucket, np.maximum(logits, working) + cp_kv
 
 
 def overhead_bytes(ctx, hw, p):
@@ -387,8 +422,9 @@ def reserve_fraction(ctx) -> float:
     return float(ctx.train.rt.memory.reserve_frac)
 
 
-def stage_memory(ctx, hw, p, i):
-    """All memory terms of one rank of stage i; `total` is their sum, the device memory in use.
+def stage_memory(ctx, hw, p, i, parts: bool = True):
+    """All memory terms of one rank of stage i; `total` is their sum, the device memory in use
+    (parts=False: `total` alone, what the search reads).
 
     allocated = params + grads + optimizer + activations + transient is what
     torch.cuda.max_memory_allocated reports; the caching allocator holds `reserve` more at the peak
@@ -408,13 +444,19 @@ def stage_memory(ctx, hw, p, i):
     max_memory_reserved on CUDA."""
     params, grads, opt = model_state_bytes(ctx, p, i)
     acts = stage_activation_bytes(ctx, p, i)
-    trans = transient_bytes(ctx, p, i)
+    trans_st, trans_act = transient_parts(ctx, p, i)
     over = overhead_bytes(ctx, hw, p)
-    allocated = params + grads + opt + acts + trans
-    reserve = allocated * reserve_fraction(ctx)
-    total = allocated + reserve + over
+    f = reserve_fraction(ctx)
+    # summed per broadcast axis: the sharding-mode terms and the micro-batch/recompute terms apart,
+    # so a search block adds its two halves once: total = states·(1 + f) + overhead + acts·(1 + f)
+    st = params + grads + opt + trans_st
+    act = acts + trans_act
+    total = (st * (1.0 + f) + over) + act * (1.0 + f)
+    if not parts:
+        return {"total": total}
+    allocated = st + act
     return {"params": params, "grads": grads, "optimizer": opt, "activations": acts,
-            "transient": trans, "reserve": reserve, "overhead": over, "total": total}
+            "transient": trans_st + trans_act, "reserve": allocated * f, "overhead": over, "total": total}
 
 
 def allocated_bytes(sm: dict):
@@ -432,9 +474,12 @@ def memory_limit(hw, headroom: float = 0.0):
     return hw.memory_bytes * (1.0 - headroom)
 
 
-def peak_memory(ctx, hw, p):
+def peak_memory(ctx, hw, p, parts: bool = True):
     """Max over stages. With even splits the binding stage is 0 (most in flight, embedding) or
-    p−1 (logits, output weights); middle stages are dominated by stage 0."""
-    m0 = stage_memory(ctx, hw, p, 0)
-    ml = stage_memory(ctx, hw, p, _w(p.pp) - 1)
+    p−1 (logits, output weights); middle stages are dominated by stage 0. Without pipelining both
+    are stage 0 (computed once)."""
+    m0 = stage_memory(ctx, hw, p, 0, parts)
+    if not getattr(p, "layer_split", ()) and np.all(_w(p.pp) == 1):
+        return m0["total"], m0, m0
+    ml = stage_memory(ctx, hw, p, _w(p.pp) - 1, parts)
     return np.maximum(m0["total"], ml["total"]), m0, ml

@@ -66,7 +66,7 @@ def axis_strides(p):
 
 def members_per_domain(n, stride, domain):
     n, stride = _w(n), _w(stride)
-    return np.clip(np.floor(_w(domain) / stride), 1.0, n)
+    return np.minimum(np.maximum(np.floor(_w(domain) / stride), 1.0), n)     # clip to [1, n]
 
 
 def _links(hw, n, stride):

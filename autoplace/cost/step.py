@@ -180,6 +180,8 @@ def stage_times(ctx, hw, p):
         mids = [one(False, False, i) for i in range(1, pp_s - 1)]
         tot = [float(np.asarray(d["f"] + d["b"])) for d in mids]
         out["middle"] = dict(mids[int(np.argmax(tot))], fb_sum=_w(sum(tot)))
+    elif not split and np.all(_w(p.pp) == 1):
+        out["middle"] = out["first"]        # no middle stage: pipeline_time and the breakdown never read it
     else:
         out["middle"] = one(False, False, 1)
     return out, lt, ht
@@ -247,8 +249,17 @@ def hidden_tail(c, window, L, sm_share=0.0):
     share s of the SMs (`dp_sm_share`) and the compute under it runs on the rest: a compute-bound
     window is longer by s·c·(1 − 1/L); a link-bound one (c − window·(1 − 1/L) larger) has that slack."""
     L = np.maximum(_w(L), 1.0)
-    hid = c * (1.0 - 1.0 / L)
-    return np.where(_w(window) > 0, np.maximum(c - window * (1.0 - 1.0 / L), c / L + _w(sm_share) * hid), c)
+    keep = 1.0 - 1.0 / L
+    on = _w(window) > 0
+    ex = c - window * keep
+    floor = c / L + _w(sm_share) * (c * keep)
+    if isinstance(ex, np.ndarray) and ex.shape == np.broadcast_shapes(ex.shape, np.shape(floor)):
+        np.maximum(ex, floor, out=ex)
+    else:
+        ex = np.maximum(ex, floor)
+    if np.all(on) and np.ndim(ex) >= np.ndim(c) and np.shape(ex) == np.broadcast_shapes(np.shape(ex), np.shape(c)):
+        return ex                               # every plan overlaps: the select is the identity
+    return np.where(on, ex, c)
 
 
 def module_units(m):
@@ -283,8 +294,9 @@ def fetch_sync_exposed(F, B, A, u, full, overlap=1.0):
     return fwd, _w(full) * b_full + (1.0 - _w(full)) * b_none
 
 
-def _dp_exposed(ctx, hw, p, t_f, t_b, i):
-    """Exposed DP-family communication time per step for stage i (and the total, for reporting)."""
+def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
+    """Exposed DP-family communication time per step for stage i (and the total, for reporting;
+    None without `want_total`)."""
     t = ctx.train
     st = N.axis_strides(p)
     bG = t.b_G
@@ -322,17 +334,22 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     nc_d, nc_e = np.maximum(ncoll * (1.0 - share_e), 1.0), np.maximum(ncoll * share_e, 1.0)
     nb_d, nb_e = np.maximum(buckets * (1.0 - share_e), 1.0), np.maximum(buckets * share_e, 1.0)
 
+    has_e = bool(np.any(psi_e > 0))                     # no expert group (dense model): its terms are 0
+
+    def _expert(fn):
+        return np.where(psi_e > 0, fn(), 0.0) if has_e else 0.0
+
     def _gather(width, op="ag"):
         return N.gather_time(hw, psi_d * width, nd, s_shard, nc_d, op=op) + \
-            np.where(psi_e > 0, N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op), 0.0)
+            _expert(lambda: N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op))
 
     ddp = N.allreduce_time(hw, psi_d * bG, grp, s_shard, nb_d) + \
-        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e), 0.0)
+        _expert(lambda: N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e))
     rsG = _gather(np.where(gm >= 1, bGr, bG), op="rs")
     rsGr = _gather(bGr, op="rs")
     agP = _gather(bP)
     inter = N.allreduce_time(hw, psi_d * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, nc_d) + \
-        np.where(psi_e > 0, N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e), 0.0)
+        _expert(lambda: N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e))
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
@@ -345,62 +362,128 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i):
     # running ahead of the device stream); reductions are async and can still overlap
     sync_dev = bool(getattr(hw, "host_is_device", False))
     win_f_ag = 0.0 * win_f if sync_dev else win_f
-    # DDP / ZeRO-1: one reduction during the last backward; ZeRO-1 AG(P) under the next forward
-    ex0 = hidden_tail(ddp, win_b, Li, sms)
-    tot0 = ddp
-    ex1 = hidden_tail(rsG + inter, win_b, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
-    tot1 = rsG + inter + agP
-    # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-    ex2 = m * hidden_tail(rsG + inter, win_rs, Li, sms) + hidden_tail(agP, win_f_ag, Li, sms)
-    tot2 = m * (rsG + inter) + agP
-    # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch. Without backward
-    # prefetch a layer's AG is issued at its pre-backward hook on the stream that still carries the
-    # previous layer's RS, and its backward waits for both: backward collectives do not overlap
-    # (torch PR #70235: FSDP1 backward_prefetch=None, `NO_PREFETCH`)
+    rs_in = rsG + inter
+    # ZeRO-3: without backward prefetch a layer's AG is issued at its pre-backward hook on the stream
+    # that still carries the previous layer's RS, and its backward waits for both: backward
+    # collectives do not overlap (torch PR #70235: FSDP1 backward_prefetch=None, `NO_PREFETCH`)
     pf_b = _w(getattr(p, "bwd_prefetch", True)) > 0
-    bwd3 = np.where(pf_b, agP + hidden_tail(rsG + inter, win_rs, Li, sms), agP + rsG + inter) if sync_dev else \
-        np.where(pf_b, np.where(win_rs < win_b, hidden_tail(agP, win_b, Li, sms) + rsG + inter,
-                                hidden_tail(agP + rsG + inter, win_b, Li, sms)), agP + rsG + inter)
-    ex3 = m * (hidden_tail(agP, win_f_ag, Li, sms) + bwd3)
-    tot3 = m * (2 * agP + rsG + inter)
     # fetch_sync (DeepSpeed ZeRO-3 as released in 2021): four gathers and reduce-scatters per layer, gathers
     # one sub-module ahead (`fetch_sync_exposed`), every reduce-scatter exposed
     fsync = _w(getattr(p, "fetch_sync", False)) > 0
-    if np.any(fsync):
+    any_fsync = bool(np.any(fsync))
+    if any_fsync:
         agS = N.gather_time(hw, psi * bP, nd, s_shard, 4.0 * Lc)
         rsS = N.gather_time(hw, psi * np.where(gm >= 1, bGr, bG), nd, s_shard, 4.0 * Lc, op="rs")
         rc = _w(p.rc)
         full = np.where(rc == 2, 1.0, np.where(rc == 3, np.minimum(_w(p.recompute_layers), Li) / Li, 0.0))
         co = np.where(ov, 0.0 if sync_dev else hw.comm_overlap, 0.0)
-        Al = agS / Lc
         u = module_units(ctx.model)
-        fe, be = fetch_sync_exposed(t_f / Li, t_b / Li, Al, u, full, co)
-        exS = m * (Li * (fe + be) + 2.0 * Al * u[0] + rsS + inter)   # + each pass's first gather
-        ex3 = np.where(fsync, exS, ex3)
-        tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
-    exh = m * (hidden_tail(agP, win_f_ag, Li, sms) + hidden_tail(rsG + inter, win_rs, Li, sms))
-    toth = m * (agP + rsG + inter)
-    # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the last
-    # backward — once per pipeline schedule when the step runs f of them (plan.pp_flushes)
     fl = np.where(_w(p.pp) > 1, np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0)), 1.0)
     n_ag = np.where(pm == 1, m + fl, fl)
-    exk = fl * hidden_tail(rsGr + inter, win_rs, Li, sms) \
-        + np.where(pm >= 1, np.where(sync_dev, n_ag * agP, n_ag * agP * (1.0 / Li + sms * (1.0 - 1.0 / Li))), fl * hidden_tail(agP, win_f_ag, Li, sms))
-    totk = fl * (rsGr + inter) + n_ag * agP
-    if t.rt.comm.fsdp_copies:
+    copies = bool(t.rt.comm.fsdp_copies)
+    if copies:
         # FSDP2 copy-out of each gather and copy-in of each reduction (RuntimeSpec comm.fsdp_copies),
         # HBM passes over the whole unit, on the compute stream; ZeRO-1/2 reduce flat buckets
         c_ag = K.membound_time(hw, psi * bP * 2.0, ncoll)
         c_rs = K.membound_time(hw, psi * (bG + np.where(gm >= 1, bGr, bG)), ncoll)
-        ex3 = ex3 + m * (2.0 * c_ag + c_rs)
-        exh = exh + m * (c_ag + c_rs)
-        exk = exk + n_ag * c_ag + fl * c_rs
-    exposed = np.where(om == 0, ex0, np.where(gm == 0, ex1, np.where(k1, exk,
-                       np.where(pm == 0, ex2, np.where(pm == 1, ex3, exh)))))
+
+    # exposed time per sharding mode; each is evaluated only on the plans in that mode (`_by_code`),
+    # `s` restricting an input to them
+    def ex0(s):      # DDP / ZeRO-1 data: one reduction during the last backward
+        return hidden_tail(s(ddp), s(win_b), s(Li), sms)
+
+    def ex1(s):      # ZeRO-1: RS (+ HSDP AR) under the last backward, AG(P) under the next forward
+        return hidden_tail(s(rs_in), s(win_b), s(Li), sms) + hidden_tail(s(agP), s(win_f_ag), s(Li), sms)
+
+    def ex2(s):      # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
+        return s(m) * hidden_tail(s(rs_in), s(win_rs), s(Li), sms) + hidden_tail(s(agP), s(win_f_ag), s(Li), sms)
+
+    def ex3(s):      # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch
+        a, ri, w_b, w_rs, L, pf = s(agP), s(rs_in), s(win_b), s(win_rs), s(Li), s(pf_b)
+        if sync_dev:
+            bwd3 = np.where(pf, a + hidden_tail(ri, w_rs, L, sms), a + s(rsG) + s(inter))
+        else:
+            bwd3 = np.where(pf, np.where(w_rs < w_b, hidden_tail(a, w_b, L, sms) + s(rsG) + s(inter),
+                                         hidden_tail(a + s(rsG) + s(inter), w_b, L, sms)), a + s(rsG) + s(inter))
+        out = s(m) * (hidden_tail(a, s(win_f_ag), L, sms) + bwd3)
+        if any_fsync and np.any(s(fsync)):
+            Al = s(agS) / s(Lc)
+            fe, be = fetch_sync_exposed(s(t_f) / L, s(t_b) / L, Al, u, s(full), s(co))
+            exS = s(m) * (L * (fe + be) + 2.0 * Al * u[0] + s(rsS) + s(inter))   # + each pass's first gather
+            out = np.where(s(fsync), exS, out)
+        if copies:
+            out = out + s(m) * (2.0 * s(c_ag) + s(c_rs))
+        return out
+
+    def exh(s):      # ZeRO-3 without resharding after forward: P held from forward to backward
+        out = s(m) * (hidden_tail(s(agP), s(win_f_ag), s(Li), sms) + hidden_tail(s(rs_in), s(win_rs), s(Li), sms))
+        return out + s(m) * (s(c_ag) + s(c_rs)) if copies else out
+
+    def exk(s):      # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the
+        L, a, na = s(Li), s(agP), s(n_ag)         # last backward, once per pipeline schedule (plan.pp_flushes)
+        ag = na * a if sync_dev else na * a * (1.0 / L + sms * (1.0 - 1.0 / L))
+        out = s(fl) * hidden_tail(s(rsGr) + s(inter), s(win_rs), L, sms) \
+            + np.where(s(pm) >= 1, ag, s(fl) * hidden_tail(a, s(win_f_ag), L, sms))
+        return out + na * s(c_ag) + s(fl) * s(c_rs) if copies else out
+
+    code = np.where(om == 0, 0, np.where(gm == 0, 1, np.where(k1, 5, np.where(pm == 0, 2, np.where(pm == 1, 3, 4)))))
+    exposed = _by_code(code, (ex0, ex1, ex2, ex3, exh, exk))
+    single = (grp <= 1)
+    if np.any(single):
+        exposed = np.where(single, 0.0, exposed)
+    if not want_total:
+        return exposed, None
+    tot0 = ddp
+    tot1 = rsG + inter + agP
+    tot2 = m * (rsG + inter) + agP
+    tot3 = m * (2 * agP + rsG + inter)
+    if any_fsync:
+        tot3 = np.where(fsync, m * (2 * agS + rsS + inter), tot3)
+    toth = m * (agP + rsG + inter)
+    totk = fl * (rsGr + inter) + n_ag * agP
     total = np.where(om == 0, tot0, np.where(gm == 0, tot1, np.where(k1, totk,
                      np.where(pm == 0, tot2, np.where(pm == 1, tot3, toth)))))
-    single = (grp <= 1)
-    return np.where(single, 0.0, exposed), np.where(single, 0.0, total)
+    return exposed, np.where(single, 0.0, total)
+
+
+def _by_code(code, branches):
+    """branches[code](s) per plan, each branch evaluated only on the plans with its code.
+
+    `s(x)` restricts an input to those plans: along the last axis (a block's state axis, or a flat
+    batch's only axis), the positions where the code occurs. Elementwise the same arithmetic as
+    evaluating every branch everywhere and selecting with np.where, so the values are identical."""
+    code = np.asarray(code)
+    ks = np.unique(code)
+    whole = lambda x: x  # noqa: E731
+    if ks.size == 1:
+        return branches[int(ks[0])](whole)
+    if code.ndim == 0 or code.shape[-1] == 1:
+        out = None
+        for k in ks:
+            v = branches[int(k)](whole)
+            out = v if out is None else np.where(code == k, v, out)
+        return out
+    n = code.shape[-1]
+    other = tuple(range(code.ndim - 1))
+    parts = []
+    for k in ks.tolist():
+        hit = code == k
+        idx = np.flatnonzero(hit.any(axis=other) if other else hit)
+        ix = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
+
+        def s(x, ix=ix):
+            x = np.asarray(x)
+            return x if x.ndim == 0 or x.shape[-1] == 1 else x[..., ix]
+        parts.append((k, ix, branches[k](s)))
+    shape = np.broadcast_shapes(code.shape[:-1] + (1,), *(np.shape(v)[:-1] + (1,) for _, _, v in parts))[:-1] + (n,)
+    out = np.empty(shape)
+    for k, ix, v in parts:
+        ck = code[..., ix] == k
+        if ck.all():
+            out[..., ix] = v
+        else:
+            out[..., ix] = np.where(ck, v, out[..., ix])
+    return out
 
 
 def dp_sm_share(ctx, hw) -> float:
@@ -482,8 +565,15 @@ def pipeline_time(ctx, hw, p, sts):
             "t_max": t_max, "pp_comm": pp_comm, "T_pipe": T_pipe}
 
 
-def evaluate(ctx, hw, p, headroom: float = 0.0):
-    """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput."""
+SEARCH_KEYS = ("step_s", "fits", "peak_bytes", "limit_bytes")
+
+
+def evaluate(ctx, hw, p, headroom: float = 0.0, report: bool = True):
+    """Every cost term of a plan (or a batch of plans): time breakdown, memory peak, throughput.
+
+    report=False (the search): the step time, its breakdown terms and the memory verdict only
+    (`SEARCH_KEYS` and the breakdown), the same numbers; the report-only ratios and totals (MFU,
+    tokens/s, overlapped communication, …) are left out."""
     m, t = ctx.model, ctx.train
     hw = N.hardware_view(ctx, hw)
     sts, lt, ht = stage_times(ctx, hw, p)
@@ -494,7 +584,9 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     pp_comm, T_pipe = pl["pp_comm"], pl["T_pipe"]
     # binding stage for the breakdown: the slowest
     slow_first = (t_first >= t_last) | one
-    bind = {k: np.where(slow_first, fs[k], np.where(t_last >= t_mid, ls[k], ms[k])) for k in fs}
+    mid_last = t_last >= t_mid
+    keys = fs if report else ("compute", "recompute", "tp", "cp", "ep", "host")
+    bind = {k: np.where(slow_first, fs[k], np.where(mid_last, ls[k], ms[k])) for k in keys if k in fs}
     compute = mb * bind["compute"]
     recompute = mb * bind["recompute"]
     tp_comm = mb * bind["tp"]
@@ -506,15 +598,29 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     # the slowest stage's own work may be less than m·t_max when another stage binds: move the gap to bubble
     pp_bubble = pp_bubble + np.maximum(mb * t_max - stage_sum, 0.0)
     # DP: binding stage (first stage holds the embedding; use the larger of first/last)
-    ex0, tot0 = _dp_exposed(ctx, hw, p, fs["f"], fs["b"], 0)
-    exl, totl = _dp_exposed(ctx, hw, p, ls["f"], ls["b"], pp - 1)
+    ex0, tot0 = _dp_exposed(ctx, hw, p, fs["f"], fs["b"], 0, want_total=report)
+    exl, totl = _dp_exposed(ctx, hw, p, ls["f"], ls["b"], pp - 1, want_total=report)
     dp_exposed = np.maximum(ex0, exl)
-    dp_total = np.maximum(tot0, totl)
     optimizer = optimizer_time(ctx, hw, p)
     offload = offload_time(ctx, hw, p)
     overhead = overhead_time(ctx, hw, p)
-    step = compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm + dp_exposed \
-        + optimizer + offload + overhead
+    # summed in broadcast order: the per-stage terms (no sharding-mode axis), the state terms (no
+    # micro-batch / recompute axes), then the one term that spans the whole block
+    step = (compute + recompute + tp_comm + cp_comm + ep_comm + host + pp_bubble + pp_comm) \
+        + (optimizer + offload + overhead) + dp_exposed
+    peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p, parts=report)
+    limit = Mm.memory_limit(hw, headroom)
+    out = {
+        "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
+        "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
+        "ep_comm": ep_comm, "host": host, "optimizer": optimizer, "offload": offload, "overhead": overhead,
+        "peak_bytes": peak_mem, "fits": peak_mem <= limit,
+        "pipeline_s": T_pipe,            # the schedule alone: (m·v − 1)·max t_i / v + Σ t_i / v
+    }
+    if not report:
+        out["limit_bytes"] = _w(limit)
+        return out
+    dp_total = np.maximum(tot0, totl)
     W = ctx.world
     mflops = K.model_flops_per_step(ctx)
     peak = K.gemm_peak(hw, t)
@@ -522,12 +628,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
     hflops = mflops * (1.0 + np.where(_w(p.rc) == 2, 1.0 / 3.0,
                                       np.where(_w(p.rc) == 1, _selective_rc_share(ctx, p, attn_share),
                                                np.where(_w(p.rc) == 3, _w(p.recompute_layers) * pp / max(m.layers, 1) / 3.0, 0.0))))
-    peak_mem, m0, ml = Mm.peak_memory(ctx, hw, p)
-    limit = Mm.memory_limit(hw, headroom)
-    return {
-        "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
-        "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
-        "ep_comm": ep_comm, "host": host, "optimizer": optimizer, "offload": offload, "overhead": overhead,
+    out.update({
         "dp_comm_total": dp_total, "dp_comm_overlapped": np.maximum(dp_total - dp_exposed, 0.0),
         "tp_comm_overlapped": np.maximum(mb * bind["tp_total"] - tp_comm, 0.0),
         "cp_comm_overlapped": np.maximum(mb * bind["cp_total"] - cp_comm, 0.0),
@@ -535,10 +636,10 @@ def evaluate(ctx, hw, p, headroom: float = 0.0):
         "tflops_per_gpu": mflops / step / W / 1e12,
         "mfu": mflops / step / W / peak, "hfu": hflops / step / W / peak,
         "model_flops": mflops + 0 * step, "bubble_fraction": pp_bubble / step,
-        "peak_bytes": peak_mem, "limit_bytes": limit + 0 * peak_mem, "fits": peak_mem <= limit,
+        "limit_bytes": limit + 0 * peak_mem,
         "micro_batches": mb + 0 * step,
-        "pipeline_s": T_pipe,            # the schedule alone: (m·v − 1)·max t_i / v + Σ t_i / v
-    }
+    })
+    return out
 
 
 def _selective_rc_share(ctx, p, attn_share):

@@ -84,6 +84,7 @@ class _Base:
                 setattr(self, c, default)
 
     def _derive(self) -> None:
+        self._memo = {}             # per-batch values the cost functions ask for repeatedly (cost.memory.memo)
         z = self.zero
         self.hold = (z == 3) & ~self.reshard_after_forward
         self.p_mode = np.where(z < 3, 0, np.where(self.reshard_after_forward, 1, 2)).astype(np.int64)
@@ -93,6 +94,13 @@ class _Base:
         self.dp_shard = self.dp // np.maximum(self.dp_replicate, 1)
         self.v = np.where(self.sched == 1, self.vpp, 1)
         self.vpp_group = self.G
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_memo"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._memo = {}
 
     def columns(self) -> dict:
         out = {c: getattr(self, c) for c in COLUMNS}
