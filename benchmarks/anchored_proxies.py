@@ -203,7 +203,7 @@ NOTE = """Why the 10 % mean is not reached on this host (numbers from the saved 
   44–57 % (≈ 6–9 ms per collective); busy stand-ins for the plan's other ranks (`--cores fill`) made
   it worse (42.7 % mean at 4 ranks).
 
-At 2 ranks (one rank per core) the anchored mean is 10.3 % against 45.9 % analytic."""
+At 2 ranks (one rank per core) the anchored mean is about 10 % against about 46 % analytic (table above)."""
 
 
 MARK_START, MARK_END = "<!-- anchored-proxies:start -->", "<!-- anchored-proxies:end -->"
