@@ -390,10 +390,9 @@ def _confidence(q, runtime, model, hw, headroom) -> dict | None:
     from autoplace.cost import intervals as IV
     from autoplace.runtimes import DEFAULT_RUNTIME, load_runtime
     rt = load_runtime(runtime or DEFAULT_RUNTIME).name
-    res = IV.table().get("memory") or {}
-    items, pool = IV.pooled(res, IV.class_key(rt, bool(model.is_moe), getattr(hw, "arch", ""))) if res else ([], "")
+    iv = IV.interval("memory", rt, bool(model.is_moe), getattr(hw, "arch", ""), q) or {}
     factor = max(IV.quantile_factor("memory", rt, bool(model.is_moe), getattr(hw, "arch", ""), q), 1.0)
-    return {"q": q, "memory_factor": factor, "memory_pool": pool or "none", "memory_n": len(items),
+    return {"q": q, "memory_factor": factor, "memory_pool": iv.get("pool") or "none", "memory_n": iv.get("n", 0),
             "headroom": 1.0 - (1.0 - headroom) / factor}
 
 
