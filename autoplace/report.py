@@ -51,6 +51,13 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
         t.add_row(str(s["stage"]), *[gib(s[c]) for c in cols],
                   style="bold" if s["stage"] == mem["binding_stage"] else None)
     con.print(t)
+    out = mem.get("outside_allocator") or {}
+    if "device_bytes" in mem:
+        con.print(f"memory as the tools read it (GiB, binding stage): allocated {gib(mem['allocated_bytes'])} "
+                  f"(torch max_memory_allocated) · reserved {gib(mem['reserved_bytes'])} (max_memory_reserved) · "
+                  f"device {gib(mem['device_bytes'])} (nvidia-smi: + CUDA context "
+                  f"{gib(out.get('cuda_context_bytes', 0))}, NCCL buffers {gib(out.get('nccl_buffers_bytes', 0))}, "
+                  f"other communicator state {gib(out.get('comm_other_bytes', 0))})")
     c = doc["communication"]["bytes_per_step"]
     ct = Table(title="communication per rank per step (GB)")
     for k in c:

@@ -34,7 +34,7 @@ DEFAULT = [SHARED / "modern_runs.json", SHARED / "public_runs.json", ROOT / "ben
            ROOT / "benchmarks" / "bridge_archive_records.json"]
 STEP_METRICS = ("iteration_time_s", "iteration_time_s_derived", "tokens_per_sec_per_gpu", "tflops_per_gpu",
                 "tokens_per_sec_total", "mfu", "aggregate_pflops", "pct_of_peak")
-MEM_METRICS = ("peak_memory_gib", "model_states_gb_per_gpu")
+MEM_METRICS = tuple(f"{w}_memory_{u}" for w in ("peak", "device", "reserved", "allocated") for u in ("gib", "gb")) + ("model_states_gb_per_gpu",)
 
 
 def residuals(files) -> list[dict]:
