@@ -130,11 +130,14 @@ def build(residuals: dict, exclude_source: str = "") -> dict:
 
 
 def predict(residuals: dict, fitted: dict, key: str, level: float) -> dict:
-    """{"lo", "hi" (log-ratio bounds), "sigma", "pool", "n", "exact"} of class `key` at `level`."""
+    """{"lo", "hi" (log-ratio bounds), "sigma", "pool" (the deepest level with runs), "n" (its runs),
+    "n_scores" (the pooled scores), "exact"} of class `key` at `level`."""
     sigma, pool = spread(residuals, key, fitted["exclude"])
     zlo, zhi, exact = bounds(fitted["scores"], level)
-    return {"lo": sigma * zlo, "hi": sigma * zhi, "sigma": sigma, "pool": pool,
-            "n": len(fitted["scores"]), "exact": exact}
+    match = dict(levels(key)).get(pool)
+    n = sum(1 for ck, it in residuals.items() if match and match(ck) for s, _ in it if s not in fitted["exclude"])
+    return {"lo": sigma * zlo, "hi": sigma * zhi, "sigma": sigma, "pool": pool, "n": n,
+            "n_scores": len(fitted["scores"]), "exact": exact}
 
 
 @lru_cache(maxsize=1)
@@ -154,7 +157,7 @@ def _shipped(kind: str) -> tuple[dict, dict] | None:
 
 
 def interval(kind: str, runtime: str, moe: bool, arch: str, level: float = 0.8) -> dict | None:
-    """{"lo", "hi" (factors on the prediction), "level", "class", "pool", "n", "sigma", "exact"} for
+    """{"lo", "hi" (factors on the prediction), "level", "class", "pool", "n", "n_scores", "sigma", "exact"} for
     `kind` "step" or "memory"; None when no residuals are shipped."""
     sh = _shipped(kind)
     if sh is None:
@@ -162,7 +165,7 @@ def interval(kind: str, runtime: str, moe: bool, arch: str, level: float = 0.8) 
     key = class_key(runtime, moe, arch)
     p = predict(sh[0], sh[1], key, level)
     return {"lo": math.exp(p["lo"]), "hi": math.exp(p["hi"]), "level": level, "class": key,
-            "pool": p["pool"], "n": p["n"], "sigma": p["sigma"], "exact": p["exact"]}
+            "pool": p["pool"], "n": p["n"], "n_scores": p["n_scores"], "sigma": p["sigma"], "exact": p["exact"]}
 
 
 def quantile_factor(kind: str, runtime: str, moe: bool, arch: str, q: float) -> float:
