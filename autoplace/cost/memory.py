@@ -392,7 +392,7 @@ def nccl_buffer_bytes(ctx, hw, p):
 
         rings (TP, CP, the DP / sharding group, and the expert-DP group of MoE):
             C · (SIMPLE + LL128 + LL)        per communicator of more than one rank
-        point-to-point (PP: 2 neighbours; EP all-to-all: ep − 1 peers):
+        point-to-point (PP: a send and a receive connection; EP all-to-all: ep − 1 peers):
             peers · P2P_CHANNELS_PER_PEER · (SIMPLE + LL)
 
     with C = the profile's `nccl_channels` (NCCL's MAXCHANNELS = 32 is the bound; NVSwitch nodes
