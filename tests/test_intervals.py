@@ -101,3 +101,25 @@ def test_estimate_reports_allocated_reserved_device_and_flags_near_limit():
     text = buf.getvalue()
     assert "NEAR THE LIMIT" in text
     assert "allocated" in text and "reserved" in text and "device" in text and "NCCL buffers" in text
+
+
+def test_search_table_marks_a_plan_near_the_limit():
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from autoplace.cli.search import render
+    from autoplace.estimate import estimate
+    hw = load_hardware("h100-sxm-80gb")
+    args = (get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64), parse_plan("tp=2,mbs=1"), 16)
+    lim = estimate(*args)["memory"]["device_bytes"] * 1.001
+    docs = [estimate(*args, headroom=1 - lim / hw.memory_bytes), estimate(*args)]
+    assert docs[0]["memory"]["near_limit"] and not docs[1]["memory"]["near_limit"]
+    stats = {"method": "grid", "candidates": 2, "evaluated": 2, "seconds": 0.0, "method_reason": "test"}
+    for near in (docs, docs[1:]):
+        buf = io.StringIO()
+        render({"stats": stats}, near, "", SimpleNamespace(name="default"), False, Console(file=buf, width=250))
+        rows = [ln for ln in buf.getvalue().splitlines() if " s0" in ln]
+        assert [" near" in r for r in rows] == [d["memory"]["near_limit"] for d in near]
+        assert ("90 % upper bound" in buf.getvalue()) == (near is docs)

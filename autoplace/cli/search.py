@@ -157,10 +157,14 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         t.add_row(str(i + 1), *((families[i],) if families else ()), deg, _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
                   _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), step_str(tm['step_s']),
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
-                  f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
+                  f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}"
+                  + (" near" if mem.get("near_limit") else ""),
                   _runs_on_cell(d),
                   style="bold" if i == 0 else None)
     con.print(t)
+    if any(d["memory"].get("near_limit") for d in docs):
+        con.print("[dim]near: fits at the predicted peak but not at its 90 % upper bound (memory.near_limit); "
+                  "--confidence 0.9 keeps only plans that fit at it[/]")
     if families:
         from autoplace.search.families import FAMILIES
         missing = [f for f in FAMILIES if f not in families]
