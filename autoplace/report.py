@@ -39,7 +39,8 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     miv = (mem.get("interval") or {}).get("90")
     t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
                     f"{'fits' if mem['fits'] else 'DOES NOT FIT'}"
-                    + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}" if miv else "")
+                    + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}"
+                       + ("" if miv["exact"] else " (too few sources to calibrate: a floor)") if miv else "")
                     + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else ""))
     cols = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead", "total")
     t.add_column("stage", justify="right")
