@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """The version every document carries (string "MAJOR.MINOR")."""
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -75,7 +75,7 @@ PLAN = obj({
 RULE = obj({"rule": STR, "message": STR}, required=["rule", "message"])
 
 STAGE_MEMORY = obj({k: NUM for k in ("params", "grads", "optimizer", "activations", "transient", "reserve",
-                                     "overhead", "total", "allocated", "reserved")} | {"stage": INT})
+                                     "overhead", "total", "allocated", "reserved", "device")} | {"stage": INT})
 
 ESTIMATE = obj({
     "schema_version": VERSION,
@@ -90,8 +90,11 @@ ESTIMATE = obj({
     "notes": arr(RULE),
     "placement": arr(obj({"state": STR}, extra=True)),
     "memory": obj({"per_stage": arr(STAGE_MEMORY), "peak_bytes": NUM, "allocated_bytes": NUM,
-                   "reserved_bytes": NUM, "binding_stage": INT, "limit_bytes": NUM, "fits": BOOL,
-                   "activation_bytes_per_layer": NUM}),
+                   "reserved_bytes": NUM, "device_bytes": NUM,
+                   "outside_allocator": obj({"cuda_context_bytes": NUM, "nccl_buffers_bytes": NUM,
+                                             "comm_other_bytes": NUM}),
+                   "binding_stage": INT, "limit_bytes": NUM, "fits": BOOL, "near_limit": BOOL,
+                   "interval": {"type": "object"}, "activation_bytes_per_layer": NUM}),
     "communication": obj({"bytes_per_step": obj({k: NUM for k in ("dp", "tp", "pp", "cp", "ep", "offload")}),
                           "per_stage": arr({"type": "object"})}),
     "time": obj({"step_s": NUM, "tokens_per_s_per_gpu": NUM, "mfu": NUM, "hfu": NUM, "tflops_per_gpu": NUM,

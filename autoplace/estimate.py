@@ -100,11 +100,15 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
     for st in stages:
         st["allocated"] = st["total"] - st["reserve"] - st["overhead"]
         st["reserved"] = st["total"] - st["overhead"]
+        st["device"] = st["total"]
+    outside = M.overhead_parts(ctx, hw, plan)
     doc["memory"] = {
         "per_stage": stages,
         "peak_bytes": peak,
         "allocated_bytes": max(s["allocated"] for s in stages),
         "reserved_bytes": max(s["reserved"] for s in stages),
+        "device_bytes": peak,
+        "outside_allocator": {f"{k}_bytes": _f(v) for k, v in outside.items()},
         "binding_stage": max(stages, key=lambda s: s["total"])["stage"],
         "limit_bytes": _f(limit),
         "fits": peak <= limit,

@@ -39,7 +39,8 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
     miv = (mem.get("interval") or {}).get("90")
     t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
                     f"{'fits' if mem['fits'] else 'DOES NOT FIT'}"
-                    + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}" if miv else "")
+                    + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}"
+                       + ("" if miv["exact"] else " (too few sources to calibrate: a floor)") if miv else "")
                     + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else ""))
     cols = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead", "total")
     t.add_column("stage", justify="right")
@@ -51,6 +52,13 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
         t.add_row(str(s["stage"]), *[gib(s[c]) for c in cols],
                   style="bold" if s["stage"] == mem["binding_stage"] else None)
     con.print(t)
+    out = mem.get("outside_allocator") or {}
+    if "device_bytes" in mem:
+        con.print(f"memory as the tools read it (GiB, largest over stages): allocated {gib(mem['allocated_bytes'])} "
+                  f"(torch max_memory_allocated) · reserved {gib(mem['reserved_bytes'])} (max_memory_reserved) · "
+                  f"device {gib(mem['device_bytes'])} (nvidia-smi: + CUDA context "
+                  f"{gib(out.get('cuda_context_bytes', 0))}, NCCL buffers {gib(out.get('nccl_buffers_bytes', 0))}, "
+                  f"other communicator state {gib(out.get('comm_other_bytes', 0))})")
     c = doc["communication"]["bytes_per_step"]
     ct = Table(title="communication per rank per step (GB)")
     for k in c:
@@ -62,8 +70,8 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
         con.print(f"[bold]step {tm['step_s']:.3f} s[/] · {tm['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
                   f"MFU {tm['mfu']:.1%} · HFU {tm['hfu']:.1%} · {tm['tflops_per_gpu']:.0f} TFLOP/s/GPU")
         for lv, iv in (tm.get("interval") or {}).items():
-            con.print(f"[dim]step {lv} % interval {iv['lo']:.3f}–{iv['hi']:.3f} s (from the published runs of "
-                      f"class {iv['pool']}, n = {iv['n']}{'' if iv['exact'] else ', widest residual'})[/]")
+            con.print(f"[dim]step {lv} % interval {iv['lo']:.3f}–{iv['hi']:.3f} s (spread of the published runs "
+                      f"of {iv['pool']}, n = {iv['n']}{'' if iv['exact'] else '; widest residual'})[/]")
         tt = Table(title="step-time breakdown (after overlap)")
         tt.add_column("term")
         tt.add_column("seconds", justify="right")

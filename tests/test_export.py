@@ -21,6 +21,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from autoplace.contract import SCHEMA_VERSION
+
 sys.path.insert(0, str(Path(__file__).parent))
 from launchers import readback as rb  # noqa: E402
 
@@ -115,7 +117,7 @@ def test_plan_file_round_trip_exact(tmp_path, model, plan, world):
     assert p2 == p.resolved(world)
     assert p2.to_dict() == p.resolved(world).to_dict()
     doc = json.loads(path.read_text())
-    assert doc["schema_version"] == "1.0" and doc["cluster"]["gpus"] == world
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["cluster"]["gpus"] == world
     assert doc["cluster"]["hardware"]["name"] == HW.name and doc["cluster"]["hardware"]["source"] == Path(HW.source).name   # no absolute path
     assert doc["cluster"]["gpus_per_node"] == HW.gpus_per_node
     assert doc["cluster"]["scaleup_domain"] == HW.scaleup_domain

@@ -476,6 +476,26 @@ def test_peak_memory_metric_units():
     assert by["peak_memory_gib"]["compared"] == "reserved"
 
 
+def test_memory_compared_like_with_like():
+    """allocated ↔ max_memory_allocated, reserved ↔ max_memory_reserved, device (nvidia-smi) ↔
+    reserved + CUDA context + NCCL buffers; a `peak_` key follows its `_definition`."""
+    from autoplace.validate.compare import memory_kind
+    rec = gpt_record()
+    rec["measured"] = {"allocated_memory_gib": 10.0, "reserved_memory_gb": 10.0, "device_memory_gib": 10.0}
+    mp, est = _predicted_step(rec)
+    by = {e["metric"]: e for e in evaluate_record(rec).entries}
+    m = est["memory"]
+    assert by["allocated_memory_gib"]["compared"] == "allocated"
+    assert by["allocated_memory_gib"]["predicted"] == pytest.approx(m["allocated_bytes"] / 2**30, rel=1e-5)
+    assert by["reserved_memory_gb"]["predicted"] == pytest.approx(m["reserved_bytes"] / 1e9, rel=1e-5)
+    assert by["device_memory_gib"]["compared"] == "device"
+    assert by["device_memory_gib"]["predicted"] == pytest.approx(m["device_bytes"] / 2**30, rel=1e-5)
+    assert m["allocated_bytes"] < m["reserved_bytes"] < m["device_bytes"]
+    assert memory_kind("peak_memory_gib", {"peak_memory_gib_definition": "nvidia-smi memory.used"}) == "device"
+    assert memory_kind("peak_memory_gib", {"memory_definition": "torch.cuda.max_memory_allocated"}) == "allocated"
+    assert memory_kind("peak_memory_gib", {}) == "reserved"
+
+
 def test_layer_time_record():
     rec = gpt_record(**{"record_type": "measured_layer_time", "plan.dp": 1, "hardware.gpus_total": 2,
                         "plan.global_batch": 4, "plan.recompute": "none"})

@@ -157,10 +157,14 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
         t.add_row(str(i + 1), *((families[i],) if families else ()), deg, _zero(p), "✓" if p.sp else "", _recompute(p), str(p.mbs),
                   _schedule(p) + (" +tp-ovl" if p.tp_overlap else ""), step_str(tm['step_s']),
                   f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
-                  f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}",
+                  f"{mem['peak_bytes'] / GIB:.1f}/{mem['limit_bytes'] / GIB:.1f} s{mem['binding_stage']}"
+                  + (" near" if mem.get("near_limit") else ""),
                   _runs_on_cell(d),
                   style="bold" if i == 0 else None)
     con.print(t)
+    if any(d["memory"].get("near_limit") for d in docs):
+        con.print("[dim]near: fits at the predicted peak but not at its 90 % upper bound (memory.near_limit); "
+                  "--confidence 0.9 keeps only plans that fit at it[/]")
     if families:
         from autoplace.search.families import FAMILIES
         missing = [f for f in FAMILIES if f not in families]
@@ -390,10 +394,9 @@ def _confidence(q, runtime, model, hw, headroom) -> dict | None:
     from autoplace.cost import intervals as IV
     from autoplace.runtimes import DEFAULT_RUNTIME, load_runtime
     rt = load_runtime(runtime or DEFAULT_RUNTIME).name
-    res = IV.table().get("memory") or {}
-    items, pool = IV.pooled(res, IV.class_key(rt, bool(model.is_moe), getattr(hw, "arch", ""))) if res else ([], "")
+    iv = IV.interval("memory", rt, bool(model.is_moe), getattr(hw, "arch", ""), q) or {}
     factor = max(IV.quantile_factor("memory", rt, bool(model.is_moe), getattr(hw, "arch", ""), q), 1.0)
-    return {"q": q, "memory_factor": factor, "memory_pool": pool or "none", "memory_n": len(items),
+    return {"q": q, "memory_factor": factor, "memory_pool": iv.get("pool") or "none", "memory_n": iv.get("n", 0),
             "headroom": 1.0 - (1.0 - headroom) / factor}
 
 

@@ -1,18 +1,31 @@
 """How sure the model is: prediction intervals on step time and peak memory.
 
-Split-conformal prediction on the log ratio r = log(measured / predicted) of the published runs the
-model is validated on (`benchmarks/intervals.py` computes them and writes `intervals.json` next to
-this module; nothing is computed at a CLI call). For a level 1 − α the interval on the prediction x is
+Normalized split-conformal prediction (Papadopoulos et al. 2008; Lei et al. 2018 §5.2) on the log
+ratio r = log(measured / predicted) of the published runs the model is validated on
+(`benchmarks/intervals.py` computes the residuals and writes `intervals.json` next to this module;
+nothing is fitted at a CLI call). For a level 1 − α the interval on a prediction x of class c is
 
-    [x·e^{r_lo}, x·e^{r_hi}],   r_lo, r_hi = the weighted α/2 and 1 − α/2 quantiles of the class
+    [x·e^{σ_c·z_lo}, x·e^{σ_c·z_hi}],   z = r / σ_class(r) over every residual of the kind,
 
-(split conformal, Vovk et al. 2005, Lei et al. 2018 §2; weighted, Tibshirani et al. 2019): each
-residual weighs 1 / (its source's record count) — runs of one source share its systematic error, so
-the source, not the run, is the exchangeable unit — and the new run adds the mean weight beyond
-the extremes. A class is runtime × dense/MoE × hardware generation; one with fewer than `MIN_CLASS`
-residuals pools with its neighbours: (runtime, dense/MoE) → (runtime family, dense/MoE) →
-(dense/MoE) → all. Where the pool is too small for the level the widest residual is used and the
-interval is marked `exact: false`. A quantile q of step time (`search --confidence`) is x·e^{r_q}.
+z_lo, z_hi = the weighted α/2 and 1 − α/2 conformal quantiles of the scores z (`_weighted`).
+
+- **Class** c = runtime × dense/MoE × hardware generation (`class_key`).
+- **Spread** σ_c (`spread`): the root mean square of r (its bias included) down a hierarchy
+  all runs → the generation → (runtime family, generation) → the class, each level shrunk toward its
+  parent by the number of sources S it holds: σ² = (S·ms + K·σ²_parent) / (S + K), K = `SHRINK`
+  (empirical-Bayes pooling of a Mondrian partition: a class with one source borrows most of its
+  spread from its parent, a class with many keeps its own).
+- **Weights**: runs of one source share its systematic error, so the source, not the run, is the
+  exchangeable unit: each residual weighs 1 / (its source's run count) in σ and in the quantiles
+  (Dunn, Wasserman & Ramdas 2022, pooled-CDF hierarchical conformal; weighted quantile, Tibshirani
+  et al. 2019).
+- **Finite sample**: the new run adds the mean weight at +∞, so with equal weights the quantile is
+  the ⌈(n + 1)·q⌉-th smallest of n (Vovk et al. 2005); past the largest the widest residual is used
+  and the interval is marked `exact: false`.
+
+`build(residuals, exclude_source)` is the whole method: the shipped interval is `build(all)` and
+the coverage `benchmarks/intervals.py` reports is `build(all but the scored run's source)` — the
+same code. A quantile q of step time (`search --confidence`) is x·e^{σ_c·z_q}.
 """
 
 from __future__ import annotations
@@ -23,8 +36,8 @@ from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).with_name("intervals.json")
-MIN_CLASS = 19
-"""Smallest class used on its own: ⌈(n + 1)·0.95⌉ ≤ n needs n ≥ 19 (a 90 % two-sided interval)."""
+SHRINK = 2.0
+"""Prior strength, in sources, of a level's parent spread (σ² = (S·ms + K·σ²_parent)/(S + K))."""
 
 FAMILIES = {"megatron-core": "megatron", "megatron-core-0.11": "megatron", "megatron-lm-2021": "megatron",
             "megatron-lm-2022": "megatron", "deepspeed": "deepspeed", "deepspeed-2021": "deepspeed",
@@ -38,42 +51,58 @@ def class_key(runtime: str, moe: bool, arch: str) -> str:
     return f"{runtime}|{'moe' if moe else 'dense'}|{GENERATIONS.get(arch, arch or '?')}"
 
 
-def pooled(residuals: dict, key: str, exclude_source: str = "") -> tuple[list, str]:
-    """([(source, r), …], the pool used) for a class key from `residuals` = {record class:
-    [(source, r), …]}; `exclude_source` leaves one source out (leave-one-source-out scoring)."""
+def levels(key: str) -> list[tuple[str, object]]:
+    """The hierarchy above a class, widest first: [(name, match(class key) → bool), …]."""
     runtime, kind, gen = key.split("|")
     fam = FAMILIES.get(runtime, runtime)
-    tests = [
-        (key, lambda r, k, g, f: (r, k, g) == (runtime, kind, gen)),
-        (f"{runtime}|{kind}|*", lambda r, k, g, f: (r, k) == (runtime, kind)),
-        (f"@{fam}|{kind}|*", lambda r, k, g, f: (f, k) == (fam, kind)),
-        (f"*|{kind}|*", lambda r, k, g, f: k == kind),
-        ("*|*|*", lambda r, k, g, f: True),
-    ]
-    out: list = []
-    for name, match in tests:
-        out = []
-        for ck, items in residuals.items():
-            r, k, g = ck.split("|")
-            if match(r, k, g, FAMILIES.get(r, r)):
-                out += [(s, x) for s, x in items if s != exclude_source]
-        if len(out) >= MIN_CLASS:
-            return out, name
-    return out, "*|*|*"
+
+    def parts(k):
+        r, kd, g = k.split("|")
+        return r, kd, g, FAMILIES.get(r, r)
+    return [("*", lambda k: True),
+            (f"*|*|{gen}", lambda k: parts(k)[2] == gen),
+            (f"@{fam}|*|{gen}", lambda k: parts(k)[2] == gen and parts(k)[3] == fam),
+            (key, lambda k: k == key)]
+
+
+def _source_weights(items: list) -> dict:
+    cnt: dict = {}
+    for s, _ in items:
+        cnt[s] = cnt.get(s, 0) + 1
+    return cnt
+
+
+def _mean_square(items: list) -> tuple[float, int]:
+    """(source-weighted mean of r², number of sources) of [(source, r), …]."""
+    cnt = _source_weights(items)
+    return sum(r * r / cnt[s] for s, r in items) / len(cnt), len(cnt)
+
+
+def spread(residuals: dict, key: str, exclude: frozenset = frozenset()) -> tuple[float, str]:
+    """(σ of class `key`, the deepest level that holds residuals) from `residuals` = {class:
+    [(source, r), …]}, leaving out the sources in `exclude`."""
+    v, deepest = None, "none"
+    for name, match in levels(key):
+        items = [(s, r) for ck, it in residuals.items() if match(ck) for s, r in it if s not in exclude]
+        if not items:
+            continue
+        ms, n_src = _mean_square(items)
+        v = ms if v is None else (n_src * ms + SHRINK * v) / (n_src + SHRINK)
+        deepest = name
+    return (math.sqrt(v) if v else 0.0), deepest
 
 
 def _weighted(items: list, q: float) -> tuple[float, bool]:
     """The weighted split-conformal quantile q (Tibshirani et al. 2019): each residual weighs
     1 / (its source's count), so every source counts once whatever its size, and the new run adds
-    the mean residual weight at +∞; (value, exact) — exact False when the quantile falls on it."""
+    the mean residual weight at +∞ (equal weights: the ⌈(n + 1)q⌉-th smallest of n); (value,
+    exact) — exact False when the quantile falls on +∞ and the largest residual is used."""
     if not items:
         return 0.0, False
-    cnt: dict = {}
-    for s, _ in items:
-        cnt[s] = cnt.get(s, 0) + 1
+    cnt = _source_weights(items)
     vals = sorted((r, 1.0 / cnt[s]) for s, r in items)
     W = sum(w for _, w in vals)
-    target = q * (W + W / len(vals))
+    target = q * (W + W / len(vals)) * (1.0 - 1e-12)
     c = 0.0
     for v, w in vals:
         c += w
@@ -83,16 +112,32 @@ def _weighted(items: list, q: float) -> tuple[float, bool]:
 
 
 def bounds(items: list, level: float) -> tuple[float, float, bool]:
-    """(lo, hi, exact) log-ratio bounds of a two-sided interval at `level` over [(source, r), …]."""
+    """(lo, hi, exact) bounds of a two-sided interval at `level` over [(source, score), …]."""
     a = 1.0 - level
     hi, e1 = _weighted(items, 1.0 - a / 2.0)
     lo, e2 = _weighted([(s, -r) for s, r in items], 1.0 - a / 2.0)
     return -lo, hi, e1 and e2
 
 
-def upper(items: list, q: float) -> tuple[float, bool]:
-    """(log-ratio quantile q, exact): the one-sided bound the step-time ranking uses."""
-    return _weighted(items, q)
+def build(residuals: dict, exclude_source: str = "") -> dict:
+    """The fitted method on `residuals` less one source: {"sigma": {class: σ}, "scores": [(source,
+    z), …]} — what `interval` ships (exclude nothing) and what leave-one-source-out scores with."""
+    ex = frozenset({exclude_source}) if exclude_source else frozenset()
+    sig = {c: spread(residuals, c, ex)[0] for c in residuals}
+    scores = [(s, r / sig[c]) for c, it in residuals.items() for s, r in it
+              if s not in ex and sig[c] > 0]
+    return {"sigma": sig, "scores": scores, "exclude": ex}
+
+
+def predict(residuals: dict, fitted: dict, key: str, level: float) -> dict:
+    """{"lo", "hi" (log-ratio bounds), "sigma", "pool" (the deepest level with runs), "n" (its runs),
+    "n_scores" (the pooled scores), "exact"} of class `key` at `level`."""
+    sigma, pool = spread(residuals, key, fitted["exclude"])
+    zlo, zhi, exact = bounds(fitted["scores"], level)
+    match = dict(levels(key)).get(pool)
+    n = sum(1 for ck, it in residuals.items() if match and match(ck) for s, _ in it if s not in fitted["exclude"])
+    return {"lo": sigma * zlo, "hi": sigma * zhi, "sigma": sigma, "pool": pool, "n": n,
+            "n_scores": len(fitted["scores"]), "exact": exact}
 
 
 @lru_cache(maxsize=1)
@@ -105,23 +150,28 @@ def table() -> dict:
         return {"step": {}, "memory": {}, "meta": {}}
 
 
+@lru_cache(maxsize=4)
+def _shipped(kind: str) -> tuple[dict, dict] | None:
+    res = {c: [tuple(x) for x in it] for c, it in (table().get(kind) or {}).items()}
+    return (res, build(res)) if res else None
+
+
 def interval(kind: str, runtime: str, moe: bool, arch: str, level: float = 0.8) -> dict | None:
-    """{"lo", "hi" (factors on the prediction), "level", "class", "pool", "n", "exact"} for `kind`
-    "step" or "memory"; None when no residuals are shipped."""
-    res = table().get(kind) or {}
-    if not res:
+    """{"lo", "hi" (factors on the prediction), "level", "class", "pool", "n", "n_scores", "sigma", "exact"} for
+    `kind` "step" or "memory"; None when no residuals are shipped."""
+    sh = _shipped(kind)
+    if sh is None:
         return None
     key = class_key(runtime, moe, arch)
-    r, pool = pooled(res, key)
-    lo, hi, exact = bounds(r, level)
-    return {"lo": math.exp(lo), "hi": math.exp(hi), "level": level, "class": key, "pool": pool,
-            "n": len(r), "exact": exact}
+    p = predict(sh[0], sh[1], key, level)
+    return {"lo": math.exp(p["lo"]), "hi": math.exp(p["hi"]), "level": level, "class": key,
+            "pool": p["pool"], "n": p["n"], "n_scores": p["n_scores"], "sigma": p["sigma"], "exact": p["exact"]}
 
 
 def quantile_factor(kind: str, runtime: str, moe: bool, arch: str, q: float) -> float:
     """Factor on the prediction at quantile q of measured/predicted (1.0 without data)."""
-    res = table().get(kind) or {}
-    if not res:
+    sh = _shipped(kind)
+    if sh is None:
         return 1.0
-    r, _ = pooled(res, class_key(runtime, moe, arch))
-    return math.exp(upper(r, q)[0])
+    sigma, _ = spread(sh[0], class_key(runtime, moe, arch))
+    return math.exp(sigma * _weighted(sh[1]["scores"], q)[0])

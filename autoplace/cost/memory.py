@@ -408,11 +408,57 @@ def transient_parts(ctx, p, i):
     return sg + hold + rs_bucket, np.maximum(logits, working) + cp_kv
 
 
+# NCCL's per-connection FIFO buffers (NCCL src/include/device.h defaults; NCCL_BUFFSIZE in the NCCL
+# environment-variable docs: "default 4194304", 4 MiB), allocated per channel per connected peer,
+# outside PyTorch's caching allocator (NCCL cuMem/cudaMalloc), once a communicator first runs:
+NCCL_SIMPLE_BYTES = 4 * 2**20
+"""NCCL_BUFFSIZE: the Simple protocol's buffer per channel and peer connection."""
+NCCL_LL128_BYTES = 120 * 640 * 8 * 8
+"""DEFAULT_LL128_BUFFSIZE = LL128_ELEMS_PER_THREAD 120 · LL128_MAX_NTHREADS 640 · NCCL_STEPS 8 · 8 B (4.69 MiB)."""
+NCCL_LL_BYTES = 8 * 512 * 8 * 16
+"""DEFAULT_LL_BUFFSIZE = LL_LINES_PER_THREAD 8 · LL_MAX_NTHREADS 512 · NCCL_STEPS 8 · 16 B line (0.5 MiB)."""
+NCCL_P2P_CHANNELS_PER_PEER = 2
+"""NCCL_NCHANNELS_PER_NET_PEER default (send/recv and all-to-all use this many channels per peer)."""
+
+
+def nccl_buffer_bytes(ctx, hw, p):
+    """NCCL FIFO buffers one rank holds (outside the caching allocator), summed over the
+    communicators the plan runs collectives or point-to-point on:
+
+        rings (TP, CP, the DP / sharding group, and the expert-DP group of MoE):
+            C · (SIMPLE + LL128 + LL)        per communicator of more than one rank
+        point-to-point (PP: a send and a receive connection; EP all-to-all: ep − 1 peers):
+            peers · P2P_CHANNELS_PER_PEER · (SIMPLE + LL)
+
+    with C = the profile's `nccl_channels` (NCCL's MAXCHANNELS = 32 is the bound; NVSwitch nodes
+    run at it). A communicator connects lazily (PyTorch ProcessGroupNCCL creates it at its first
+    collective), so unused groups cost nothing."""
+    C = float(getattr(hw, "nccl_channels", 32.0))
+    ring = C * (NCCL_SIMPLE_BYTES + NCCL_LL128_BYTES + NCCL_LL_BYTES)
+    per_peer = NCCL_P2P_CHANNELS_PER_PEER * (NCCL_SIMPLE_BYTES + NCCL_LL_BYTES)
+    one = lambda x: np.where(_w(x) > 1, 1.0, 0.0)  # noqa: E731
+    _, n_exp = shard_groups(ctx, p)
+    moe = bool(getattr(ctx.model, "is_moe", False))
+    rings = one(p.tp) + one(p.cp) + one(p.dp) + (one(n_exp) * one(p.ep) if moe else 0.0)
+    peers = 2.0 * one(p.pp) + (np.maximum(_w(p.ep) - 1.0, 0.0) if moe else 0.0)
+    return rings * ring + peers * per_peer
+
+
 def overhead_bytes(ctx, hw, p):
-    """CUDA context + communicator buffers: device memory outside the caching allocator."""
+    """Device memory outside the caching allocator, what nvidia-smi adds to torch's reserved bytes:
+    the CUDA context (profile `cuda_context_gib`), NCCL's FIFO buffers of the plan's communicators
+    (`nccl_buffer_bytes`) and the rest of the communicators' device state (profile `comm_buffer_gib`)."""
     if ctx.model.states_only or ctx.train.states_only or hw is None:
         return _w(0.0) * _w(p.tp)
-    return _w(hw.fixed_overhead_bytes) + 0 * _w(p.tp)
+    return _w(hw.fixed_overhead_bytes) + nccl_buffer_bytes(ctx, hw, p) * (0.0 if hw.host_is_device else 1.0)
+
+
+def overhead_parts(ctx, hw, p) -> dict:
+    """{"cuda_context", "nccl_buffers", "comm_other"}: the three terms of `overhead_bytes`."""
+    if ctx.model.states_only or ctx.train.states_only or hw is None:
+        return {"cuda_context": 0.0, "nccl_buffers": 0.0, "comm_other": 0.0}
+    nb = 0.0 if hw.host_is_device else float(np.max(nccl_buffer_bytes(ctx, hw, p)))
+    return {"cuda_context": float(hw.cuda_context_bytes), "nccl_buffers": nb, "comm_other": float(hw.comm_buffer_bytes)}
 
 
 def reserve_fraction(ctx) -> float:

@@ -105,7 +105,10 @@ class HardwareSpec:
     cuda_context_bytes: float = 0.0
     """CUDA context + kernel images + library workspaces (outside the caching allocator)."""
     comm_buffer_bytes: float = 0.0
-    """NCCL communicator buffers, all groups together (outside the caching allocator)."""
+    """Communicator device state besides NCCL's per-channel FIFO buffers (which the plan prices,
+    cost.memory.nccl_buffer_bytes): device comm structs, work FIFOs, proxy and NVLS buffers."""
+    nccl_channels: float = 32.0
+    """NCCL channels per ring communicator (NCCL MAXCHANNELS = 32, run on NVSwitch nodes)."""
     host_op_factor: float = 1.0
     """Host time per op relative to the reference x86 server CPU the runtime files' host costs
     are stated for (the host CPU class: x86 1.0; Grace in its profile)."""
@@ -265,6 +268,7 @@ _DOMAINS = {   # field → (TOML key as the user writes it, unit divisor, low, h
     "cpu_adam_params_per_s": ("cpu_adam_gparams_per_s", 1e9, 0.0, _BIG, True),
     "cuda_context_bytes": ("cuda_context_gib", 2**30, 0.0, 1e15, False),
     "comm_buffer_bytes": ("comm_buffer_gib", 2**30, 0.0, 1e15, False),
+    "nccl_channels": ("nccl_channels", 1.0, 1.0, 64.0, False),
     "step_overhead_s": ("step_overhead_ms", 1e-3, 0.0, 3600.0, False),
 }
 _INT_DOMAINS = {"gpus_per_node": (1, 1 << 20), "scaleup_domain": (1, 1 << 20), "gemm_tile": (1, 65536),

@@ -47,7 +47,27 @@ from autoplace.validate.mapping import (
 THROUGHPUT = ("tflops_per_gpu", "mfu", "hfu", "pct_of_peak", "tokens_per_sec_per_gpu",
               "tokens_per_sec_total", "aggregate_pflops")
 TIME = ("iteration_time_s", "iteration_time_s_derived")
-MEMORY = {"peak_memory_gib": GIB, "peak_memory_gb": 1e9}
+MEMORY = {f"{w}_memory_{u}": m for w in ("peak", "allocated", "reserved", "device")
+          for u, m in (("gib", GIB), ("gb", 1e9))}
+"""Memory keys a record states: `peak_` is what the framework's log prints (torch's reserved peak unless
+its `<key>_definition` says otherwise), the other words name the counter; see `memory_kind`."""
+
+
+def memory_kind(key: str, measured: dict) -> str:
+    """"allocated", "reserved" or "device" — which memory a record's memory key states, so that it is
+    compared like with like: the key's own word (allocated_/reserved_/device_memory_*), else its
+    `<key>_definition` ("nvidia-smi"/"device" → device, "allocated" → allocated, "reserved" →
+    reserved), else reserved: torchtitan's and Megatron-LM's memory lines print
+    torch.cuda.max_memory_reserved (torchtitan `utils/metrics.py`, Megatron `report_memory`)."""
+    word = key.split("_memory_")[0]
+    if word in ("allocated", "reserved", "device"):
+        return word
+    d = str(measured.get(f"{key}_definition") or measured.get("memory_definition") or "").lower()
+    if "nvidia-smi" in d or "device" in d or "nvml" in d:
+        return "device"
+    if "allocated" in d:
+        return "allocated"
+    return "reserved"
 LAYER = ("layer_forward_ms", "layer_backward_ms", "layer_total_ms")
 NOT_COMPARED = {
     "samples_per_sec": "rounded to whole samples in the source; tokens_per_sec_* carry the same rate",
@@ -60,7 +80,9 @@ NOT_COMPARED = {
 }
 PRIMARY_ORDER = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_sec_per_gpu", "hfu",
                  "pct_of_peak", "aggregate_pflops", "tokens_per_sec_total", "iteration_time_s_derived",
-                 "peak_memory_gib", "peak_memory_gb", "layer_total_ms", "layer_forward_ms",
+                 "peak_memory_gib", "peak_memory_gb", "device_memory_gib", "device_memory_gb",
+                 "reserved_memory_gib", "reserved_memory_gb", "allocated_memory_gib", "allocated_memory_gb",
+                 "layer_total_ms", "layer_forward_ms",
                  "layer_backward_ms", "max_trainable_params_billion", "model_states_gb_per_gpu")
 
 
@@ -237,10 +259,11 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
             res.entries[-1]["time_error_pct"] = res.entries[-1]["error_pct"]
             continue
         if base in MEMORY:
-            # a framework's "memory" is torch's max_memory_reserved (torchtitan, Megatron logs): the
-            # caching allocator's peak, without the CUDA context and NCCL buffers outside it
-            res.entries.append(_entry(res.id, res.source, key, meas, est["memory"]["reserved_bytes"] / MEMORY[base],
-                                      unit="GiB" if base.endswith("gib") else "GB", compared="reserved", **extra))
+            # like with like: allocated ↔ max_memory_allocated, reserved ↔ max_memory_reserved (what a
+            # framework's memory line prints), device ↔ nvidia-smi (reserved + context + NCCL buffers)
+            kind = memory_kind(base, measured)
+            res.entries.append(_entry(res.id, res.source, key, meas, est["memory"][f"{kind}_bytes"] / MEMORY[base],
+                                      unit="GiB" if base.endswith("gib") else "GB", compared=kind, **extra))
             continue
         if base not in THROUGHPUT:
             res.not_compared.append({"metric": key, "reason": NOT_COMPARED.get(key, "metric not modelled")})

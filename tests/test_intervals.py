@@ -1,0 +1,125 @@
+"""Prediction intervals (autoplace.cost.intervals) and the memory the tools read (allocated,
+reserved, device), by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoplace.cost import intervals as IV
+from autoplace.cost import memory as M
+from autoplace.placement.rules import Ctx
+from autoplace.plan import parse_plan
+from autoplace.specs.hardware import load_hardware
+from autoplace.specs.presets import get_preset
+from autoplace.specs.training import TrainingSpec
+
+MIB = 2**20
+RES = {"megatron-core|dense|hopper": [("A", 0.1), ("A", -0.1), ("B", 0.2)],
+       "megatron-core|dense|ampere": [("C", 0.05)],
+       "llm-foundry|dense|hopper": [("D", -0.3)]}
+
+
+def test_spread_shrinks_down_the_hierarchy_by_source_count():
+    """σ² = (S·ms + K·σ²_parent)/(S + K) down all → generation → family×generation → class, ms the
+    source-weighted mean of r² (each source weighs 1 in total), K = SHRINK = 2."""
+    K = IV.SHRINK
+    ms_all = ((0.01 + 0.01) / 2 + 0.04 + 0.0025 + 0.09) / 4             # sources A, B, C, D
+    ms_hop = ((0.01 + 0.01) / 2 + 0.04 + 0.09) / 3                      # A, B, D
+    ms_meg = ((0.01 + 0.01) / 2 + 0.04) / 2                             # A, B (megatron family)
+    v = (3 * ms_hop + K * ms_all) / (3 + K)
+    v = (2 * ms_meg + K * v) / (2 + K)
+    v = (2 * ms_meg + K * v) / (2 + K)                                  # the class holds A, B too
+    s, deepest = IV.spread(RES, "megatron-core|dense|hopper")
+    assert s == pytest.approx(math.sqrt(v), rel=1e-12) and deepest == "megatron-core|dense|hopper"
+    # leave-one-source-out: B's residual is in neither σ nor the scores
+    f = IV.build(RES, "B")
+    assert all(src != "B" for src, _ in f["scores"]) and len(f["scores"]) == 4
+    ms_hop_b = ((0.01 + 0.01) / 2 + 0.09) / 2
+    ms_all_b = ((0.01 + 0.01) / 2 + 0.0025 + 0.09) / 3
+    v = (2 * ms_hop_b + K * ms_all_b) / (2 + K)
+    v = (1 * 0.01 + K * v) / (1 + K)
+    v = (1 * 0.01 + K * v) / (1 + K)
+    assert f["sigma"]["megatron-core|dense|hopper"] == pytest.approx(math.sqrt(v), rel=1e-12)
+    # a class no run has falls back to the deepest level that has runs
+    assert IV.spread(RES, "torchtitan|moe|blackwell")[1] == "*"
+
+
+def test_interval_is_the_scaled_score_quantile():
+    """The interval of class c is σ_c·[z_lo, z_hi], z the pooled normalized scores."""
+    f = IV.build(RES)
+    p = IV.predict(RES, f, "llm-foundry|dense|hopper", 0.8)
+    zlo, zhi, exact = IV.bounds(f["scores"], 0.8)
+    assert p["lo"] == pytest.approx(p["sigma"] * zlo) and p["hi"] == pytest.approx(p["sigma"] * zhi)
+    assert p["lo"] < 0 < p["hi"] and p["exact"] == exact
+
+
+def test_nccl_buffers_by_hand():
+    """Per ring communicator C·(4 MiB + 4.6875 MiB + 0.5 MiB), C = 32; per p2p peer 2·(4 + 0.5) MiB."""
+    hw = load_hardware("h100-sxm-80gb")
+    tr = TrainingSpec(seq_len=4096, global_batch=64)
+    ring = 32 * (4 + 4.6875 + 0.5) * MIB
+    ctx = Ctx(get_preset("llama3-8b"), tr, 16)
+    p = parse_plan("tp=2,pp=2,mbs=1").resolved(16)                     # tp 2, dp 4, pp 2
+    assert float(M.nccl_buffer_bytes(ctx, hw, p)) == pytest.approx(2 * ring + 2 * 2 * 4.5 * MIB)
+    parts = M.overhead_parts(ctx, hw, p)
+    assert parts["cuda_context"] == 0.75 * 2**30 and parts["comm_other"] == 0.25 * 2**30
+    assert float(M.overhead_bytes(ctx, hw, p)) == pytest.approx(sum(parts.values()))
+    one = parse_plan("tp=1,pp=1,mbs=1").resolved(1)
+    assert float(M.nccl_buffer_bytes(Ctx(get_preset("llama3-8b"), tr, 1), hw, one)) == 0.0
+    # MoE: ep 8 all-to-all over 7 peers, plus the expert-DP ring when it has more than one rank
+    mctx = Ctx(get_preset("qwen3-30b-a3b"), tr, 16)
+    mp = parse_plan("ep=8,mbs=1").resolved(16)                         # dp 16, expert-DP 2
+    assert float(M.nccl_buffer_bytes(mctx, hw, mp)) == pytest.approx(2 * ring + 7 * 2 * 4.5 * MIB)
+
+
+def test_estimate_reports_allocated_reserved_device_and_flags_near_limit():
+    import io
+
+    from rich.console import Console
+
+    from autoplace.estimate import estimate
+    from autoplace.report import render_estimate
+    hw = load_hardware("h100-sxm-80gb")
+    doc = estimate(get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64),
+                   parse_plan("tp=2,mbs=1"), 16)
+    m = doc["memory"]
+    out = m["outside_allocator"]
+    st = m["per_stage"][m["binding_stage"]]
+    assert st["device"] == pytest.approx(st["reserved"] + out["cuda_context_bytes"] + out["nccl_buffers_bytes"]
+                                         + out["comm_other_bytes"], rel=1e-12)
+    assert m["device_bytes"] == m["peak_bytes"] and m["allocated_bytes"] < m["reserved_bytes"] < m["device_bytes"]
+    # near the limit: a headroom that puts the limit between the point and the 90 % upper bound
+    lim = m["device_bytes"] * 1.001
+    assert m["interval"]["90"]["hi"] > lim                            # memory residuals are ≥ 0.03 %
+    near = estimate(get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64),
+                    parse_plan("tp=2,mbs=1"), 16, headroom=1 - lim / hw.memory_bytes)
+    assert near["memory"]["fits"] and near["memory"]["near_limit"] and m["near_limit"] is False
+    buf = io.StringIO()
+    render_estimate(near, Console(file=buf, width=300))
+    text = buf.getvalue()
+    assert "NEAR THE LIMIT" in text
+    assert "allocated" in text and "reserved" in text and "device" in text and "NCCL buffers" in text
+
+
+def test_search_table_marks_a_plan_near_the_limit():
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from autoplace.cli.search import render
+    from autoplace.estimate import estimate
+    hw = load_hardware("h100-sxm-80gb")
+    args = (get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64), parse_plan("tp=2,mbs=1"), 16)
+    lim = estimate(*args)["memory"]["device_bytes"] * 1.001
+    docs = [estimate(*args, headroom=1 - lim / hw.memory_bytes), estimate(*args)]
+    assert docs[0]["memory"]["near_limit"] and not docs[1]["memory"]["near_limit"]
+    stats = {"method": "grid", "candidates": 2, "evaluated": 2, "seconds": 0.0, "method_reason": "test"}
+    for near in (docs, docs[1:]):
+        buf = io.StringIO()
+        render({"stats": stats}, near, "", SimpleNamespace(name="default"), False, Console(file=buf, width=250))
+        rows = [ln for ln in buf.getvalue().splitlines() if " s0" in ln]
+        assert [" near" in r for r in rows] == [d["memory"]["near_limit"] for d in near]
+        assert ("90 % upper bound" in buf.getvalue()) == (near is docs)
