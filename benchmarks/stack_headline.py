@@ -40,10 +40,12 @@ def _models(a) -> list[tuple[str, object]]:
     return out
 
 
+_SHORT = {"megatron": "meg", "deepspeed": "ds", "torchtitan": "tt", "accelerate": "acc"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(n for n in PRESETS if n != "llama-tiny"),
-                    help="comma-separated presets ('' for none)")
+    ap.add_argument("--models", default=",".join(PRESETS), help="comma-separated presets ('' for none)")
     ap.add_argument("--configs", default="", help="a directory of <name>/config.json (e.g. tests/data/hf_configs)")
     ap.add_argument("--gpus", default="8,64,256,1024")
     ap.add_argument("--hardware", default="h100-sxm-80gb")
@@ -51,12 +53,16 @@ def main(argv=None) -> int:
     gpus = [int(x) for x in a.gpus.split(",")]
     counts = {"ok": 0, "no plan": 0, "refused": 0, "PROBLEM": 0}
     t_all = time.perf_counter()
-    print(f"{'model':38s} {'GPUs':>5s}  {'outcome':8s} {'#1 stack':10s} {'step s':>8s} {'peak GiB':>8s}  plan / note")
+    print("runs on: meg = megatron, ds = deepspeed, tt = torchtitan, acc = accelerate; "
+          "step and peak are the #1 stack's (= `search --launcher L` for the same plan)")
+    print(f"{'model':38s} {'GPUs':>5s}  {'outcome':8s} {'#1 stack':10s} {'step s':>9s} {'peak GiB':>8s}  "
+          f"{'runs on':14s} plan / refusal / problems")
     for name, m in _models(a):
         if isinstance(m, Exception):
             counts["refused"] += len(gpus)
             why = str(m).split(": ", 1)[-1]
-            print(f"{name:38s} {'all':>5s}  {'refused':8s} {'-':10s} {'-':>8s} {'-':>8s}  {why}", flush=True)
+            print(f"{name:38s} {'all':>5s}  {'refused':8s} {'-':10s} {'-':>9s} {'-':>8s}  {'-':14s} {why} "
+                  f"(exit {m.exit_code})", flush=True)
             continue
         for g in gpus:
             t0 = time.perf_counter()
@@ -64,17 +70,20 @@ def main(argv=None) -> int:
                 r = headline_check(m, g, a.hardware)
             except Exception:           # a traceback is a problem of the cell, not the end of the run
                 r = {"outcome": "problem", "launcher": None, "plan": None, "step_s": None, "peak_gib": None,
-                     "problems": ["traceback: " + traceback.format_exc().strip().splitlines()[-1]], "message": ""}
+                     "runs_on": [], "problems": ["traceback: " + traceback.format_exc().strip().splitlines()[-1]],
+                     "message": ""}
             key = "PROBLEM" if r["outcome"] == "problem" else r["outcome"]
             counts[key] += 1
             note = "; ".join(r["problems"]) if r["problems"] else (r["message"] or r["plan"] or "")
             step = f"{r['step_s']:.3f}" if r["step_s"] is not None else "-"
             peak = f"{r['peak_gib']:.1f}" if r["peak_gib"] is not None else "-"
-            print(f"{name:38s} {g:5d}  {key:8s} {r['launcher'] or '-':10s} {step:>8s} {peak:>8s}  {note}"
-                  f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
+            on = ",".join(_SHORT.get(n, n) for n in r["runs_on"]) or "-"
+            print(f"{name:38s} {g:5d}  {key:8s} {r['launcher'] or '-':10s} {step:>9s} {peak:>8s}  {on:14s} {note}",
+                  flush=True)
+            print(f"  {name} {g}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     cells = sum(counts.values())
-    print(f"{cells} cells ({a.hardware}): {counts['ok']} ok, {counts['no plan']} no plan (no stack fits, said so), "
-          f"{counts['refused']} refused with the reason, {counts['PROBLEM']} with problems "
+    print(f"{cells} cells ({a.hardware}): {counts['ok']} ok, {counts['no plan']} no plan (no stack runs a plan that "
+          f"fits, said in one line), {counts['refused']} refused with the reason, {counts['PROBLEM']} with problems "
           f"({time.perf_counter() - t_all:.0f} s)")
     return 1 if counts["PROBLEM"] else 0
 

@@ -27,7 +27,7 @@ def run_cell(preset: str, gpus: int, hardware: str, *, space=None, method: str =
 
 def headline_check(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int = 1) -> dict:
     """The default search's #1 plan for (model, gpus) against `search --launcher L` for the stack L
-    that priced it. Returns {"outcome", "launcher", "plan", "step_s", "peak_gib", "problems", "message"}:
+    that priced it. Returns {"outcome", "launcher", "plan", "step_s", "peak_gib", "runs_on", "problems", "message"}:
     outcome "ok" (a training stack priced it, its own model says it fits, and the step time and peak
     memory equal `search --launcher L`'s for the same plan), "no plan" (a one-line refusal: no stack
     runs a plan that fits — the output says so, no problem) or "problem" (`problems` says what)."""
@@ -39,7 +39,7 @@ def headline_check(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int
     from autoplace.specs.presets import get_preset
     m = get_preset(model) if isinstance(model, str) else model
     hw = load_hardware(hardware)
-    res = {"outcome": "ok", "launcher": None, "plan": None, "step_s": None, "peak_gib": None,
+    res = {"outcome": "ok", "launcher": None, "plan": None, "step_s": None, "peak_gib": None, "runs_on": [],
            "problems": [], "message": ""}
     try:
         o = search(m, hw, gpus, top_k=top_k, per_launcher=False)
@@ -52,6 +52,7 @@ def headline_check(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int
         out.append(f"#1 priced by {t.launcher!r}, not a training stack")
         return dict(res, outcome="problem")
     rows = {r["launcher"]: r for r in price_on_stacks(m, hw, gpus, p, o.stack_trains)}
+    res["runs_on"] = [n for n, r in rows.items() if r["runs"]]
     if not rows[t.launcher]["runs"]:
         out.append(f"#1 does not run on its own stack {t.launcher}: {rows[t.launcher]['why']}")
     d = estimate(m, hw, t.train, p, gpus)
