@@ -75,6 +75,8 @@ def main(argv=None) -> int:
             key = "PROBLEM" if r["outcome"] == "problem" else r["outcome"]
             counts[key] += 1
             note = "; ".join(r["problems"]) if r["problems"] else (r["message"] or r["plan"] or "")
+            if not r["problems"] and len(note) > 110:       # a refusal names every stack's reason: `search` shows them
+                note = note[:110] + "…"
             step = f"{r['step_s']:.3f}" if r["step_s"] is not None else "-"
             peak = f"{r['peak_gib']:.1f}" if r["peak_gib"] is not None else "-"
             on = ",".join(_SHORT.get(n, n) for n in r["runs_on"]) or "-"
