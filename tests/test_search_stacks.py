@@ -80,9 +80,9 @@ def test_emit_writes_each_stack_with_its_own_numbers(tmp_path):
 # dense and MoE, small and large, a real Hugging Face config, and a #1 priced by each stack the full
 # grid puts first (the launcher named is the one the grid's row gives; a change is worth a look).
 _HF = "tests/data/hf_configs/"
-HEADLINE_CELLS = [("gpt-1.7b", 64, "megatron"), ("llama3-8b", 64, "megatron"),
-                  ("gpt-175b", 8, "deepspeed"), ("gpt-530b", 8, "torchtitan"),
-                  ("deepseek-v3", 8, "torchtitan"), (_HF + "Qwen__Qwen3-30B-A3B", 8, "megatron")]
+HEADLINE_CELLS = [("llama3-8b", 64, "megatron"), (_HF + "google__gemma-2-27b", 8, "deepspeed"),
+                  ("gpt-530b", 8, "torchtitan"), ("deepseek-v3", 8, "torchtitan"),
+                  (_HF + "Qwen__Qwen3-30B-A3B", 8, "megatron")]
 
 
 @pytest.mark.parametrize("model,gpus,launcher", HEADLINE_CELLS)
