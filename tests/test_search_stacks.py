@@ -76,10 +76,34 @@ def test_emit_writes_each_stack_with_its_own_numbers(tmp_path):
             assert (out / f).exists() or n in man["refused"], (n, f)
 
 
-def test_headline_property_on_a_dense_preset_at_64():
-    """The library check the benchmark runs over every preset × 8/64/256/1024 GPUs."""
-    from autoplace.search.grid_check import headline_problems
-    assert headline_problems("gpt-1.7b", 64) == []
+# A CI subset of benchmarks/stack_headline.py (presets and the 20 real configs × 8/64/256/1024 H100):
+# dense and MoE, small and large, a real Hugging Face config, and a #1 priced by each stack the full
+# grid puts first (the launcher named is the one the grid's row gives; a change is worth a look).
+_HF = "tests/data/hf_configs/"
+HEADLINE_CELLS = [("llama3-8b", 64, "megatron"), (_HF + "google__gemma-2-27b", 8, "deepspeed"),
+                  ("gpt-530b", 8, "torchtitan"), ("deepseek-v3", 8, "torchtitan"),
+                  (_HF + "Qwen__Qwen3-30B-A3B", 8, "megatron")]
+
+
+@pytest.mark.parametrize("model,gpus,launcher", HEADLINE_CELLS)
+def test_headline_cell_runs_on_its_stack_with_that_stacks_numbers(model, gpus, launcher):
+    """`grid_check.headline_check`: the #1 plan is priced by a training stack whose own model says it
+    fits, and `search --launcher L` picks the same plan with the same step time and peak memory."""
+    from autoplace.search.grid_check import headline_check
+    from autoplace.specs.hf_config import load_hf_config
+    m = load_hf_config(model) if model.startswith(_HF) else model
+    r = headline_check(m, gpus)
+    assert r["outcome"] == "ok" and r["problems"] == [], r
+    assert r["launcher"] == launcher and launcher in r["runs_on"]
+    assert set(r["runs_on"]) <= set(STACK_NAMES) and r["step_s"] > 0 and 0 < r["peak_gib"] < 80
+
+
+def test_headline_check_reports_a_refusal_as_no_plan():
+    """A cell where no stack fits any plan is the one-line refusal `search` prints, not a problem."""
+    from autoplace.search.grid_check import headline_check
+    r = headline_check("gpt-1t", 1)
+    assert r["outcome"] == "no plan" and r["problems"] == [] and "\n" not in r["message"]
+    assert "no training stack runs a plan that fits" in r["message"] or "no feasible plan" in r["message"]
 
 
 def test_robust_choice_prefers_the_simpler_plan_inside_the_band():

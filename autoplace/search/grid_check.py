@@ -25,11 +25,12 @@ def run_cell(preset: str, gpus: int, hardware: str, *, space=None, method: str =
     return "plan", float(o.ranked[0][1]), ""
 
 
-def headline_problems(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int = 1) -> list[str]:
-    """What is wrong with the default search's #1 plan for (model, gpus): [] when it is priced by a
-    training stack, that stack's own model says it fits, and its step time and peak memory equal
-    `search --launcher L`'s for the same plan. A one-line refusal (no stack runs a plan that fits) is
-    no problem: the output says so."""
+def headline_check(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int = 1) -> dict:
+    """The default search's #1 plan for (model, gpus) against `search --launcher L` for the stack L
+    that priced it. Returns {"outcome", "launcher", "plan", "step_s", "peak_gib", "runs_on", "problems", "message"}:
+    outcome "ok" (a training stack priced it, its own model says it fits, and the step time and peak
+    memory equal `search --launcher L`'s for the same plan), "no plan" (a one-line refusal: no stack
+    runs a plan that fits — the output says so, no problem) or "problem" (`problems` says what)."""
     from autoplace.errors import AutoplaceError
     from autoplace.estimate import estimate
     from autoplace.export.registry import STACKS
@@ -38,18 +39,24 @@ def headline_problems(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: 
     from autoplace.specs.presets import get_preset
     m = get_preset(model) if isinstance(model, str) else model
     hw = load_hardware(hardware)
+    res = {"outcome": "ok", "launcher": None, "plan": None, "step_s": None, "peak_gib": None, "runs_on": [],
+           "problems": [], "message": ""}
     try:
         o = search(m, hw, gpus, top_k=top_k, per_launcher=False)
-    except AutoplaceError:
-        return []
+    except AutoplaceError as e:
+        return dict(res, outcome="no plan", message=str(e).splitlines()[0] if str(e) else type(e).__name__)
     p, step, t = o.ranked[0]
-    out = []
+    out = res["problems"]
+    res.update(launcher=t.launcher, plan=p.short(), step_s=float(step))
     if t.launcher not in STACKS:
-        return [f"#1 priced by {t.launcher!r}, not a training stack"]
+        out.append(f"#1 priced by {t.launcher!r}, not a training stack")
+        return dict(res, outcome="problem")
     rows = {r["launcher"]: r for r in price_on_stacks(m, hw, gpus, p, o.stack_trains)}
+    res["runs_on"] = [n for n, r in rows.items() if r["runs"]]
     if not rows[t.launcher]["runs"]:
         out.append(f"#1 does not run on its own stack {t.launcher}: {rows[t.launcher]['why']}")
     d = estimate(m, hw, t.train, p, gpus)
+    res["peak_gib"] = d["memory"]["peak_bytes"] / 2**30
     own = search(m, hw, gpus, launchers=[t.launcher], top_k=1, per_launcher=False)
     q, s2, t2 = own.ranked[0]
     d2 = estimate(m, hw, t2.train, q, gpus)
@@ -61,4 +68,11 @@ def headline_problems(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: 
         out.append(f"peak {d['memory']['peak_bytes']} vs {d2['memory']['peak_bytes']} (search -l {t.launcher})")
     if rows[t.launcher]["step_s"] != d["time"]["step_s"]:
         out.append(f"'runs on' prices {t.launcher} at {rows[t.launcher]['step_s']} s, the row at {d['time']['step_s']} s")
-    return out
+    return dict(res, outcome="problem" if out else "ok")
+
+
+def headline_problems(model, gpus: int, hardware: str = "h100-sxm-80gb", top_k: int = 1) -> list[str]:
+    """What is wrong with the default search's #1 plan for (model, gpus) (`headline_check`): [] when
+    it is priced by a training stack that runs it, with `search --launcher L`'s numbers, or when no
+    stack runs a plan that fits (a one-line refusal says so)."""
+    return headline_check(model, gpus, hardware, top_k)["problems"]

@@ -500,6 +500,10 @@ def load_hf_config(path) -> ModelSpec:
     if qkv and not kw["attn_bias"]:
         kw["qkv_bias"] = True
     kw["qk_norm"] = fam.qk_norm if isinstance(fam.qk_norm, bool) else r.flag(fam.qk_norm)
+    if kw["qk_norm"] and "qk_norm_all_heads" in fam.notes:
+        d = head_dim or hidden // heads
+        short = layers * ((heads + (kv or heads)) * d - 2 * d)
+        notes.append(f"approximate: Q/K norms span all heads, counted as per-head norms ({short} parameters short)")
     if fam.attn_sinks:
         kw["attn_sinks"] = True
     _, kv_lora = r.get("kv_lora_rank")

@@ -34,6 +34,7 @@ config's fields — never by words in the model's name. Per family:
   kimi_k2         yes    RMSNorm     none                 DeepSeek-V3 architecture
   gpt_oss         yes    RMSNorm     attention + experts  clamped SwiGLU, sinks, windows 1:1
                                      + router
+  olmo2           yes    RMSNorm     attention_bias       post-norms, q/k norm over all heads
   ==============  =====  ==========  ===================  =====================================
 
 * **Defaults**: transformers writes a config.json field only when it differs from the config class'
@@ -317,6 +318,17 @@ _LLAMA4_D = dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, in
                  use_qk_norm=True, no_rope_layer_interval=4, attention_chunk_size=8192)
 FAMILIES["llama4_text"] = Family(_LLAMA4_D, _TF.format("llama4"), pretrain=0,
                                  notes=("llama4",))
+# OLMo 2 (Olmo2Config, modeling_olmo2): Llama-shaped (gated SiLU MLP, RoPE, attention_bias) with the
+# norms after each block (post_attention_layernorm, post_feedforward_layernorm: still 2 per layer) and
+# Q/K RMSNorms over all heads (q_norm num_heads·head_dim, k_norm num_kv_heads·head_dim wide), which
+# ModelSpec counts as per-head norms (the source notes the difference). Pre-training at 4096 tokens
+# (OLMo 2 report, Team OLMo 2024 §2), the configs' max_position_embeddings.
+FAMILIES["olmo2"] = Family(dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+                                max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False),
+                           _TF.format("olmo2"), bias_keys=("attention_bias",), qk_norm=True, pretrain="max_pos",
+                           pretrain_cite="OLMo 2 report §2 (4096-token pre-training)",
+                           notes=("qk_norm_all_heads",))
 
 # Unknown model_type: Llama field names and modules, no defaults; PretrainedConfig's tying default.
 UNKNOWN = Family(dict(tie_word_embeddings=True), "PretrainedConfig",
