@@ -94,6 +94,7 @@ ESTIMATE = obj({
                    "outside_allocator": obj({"cuda_context_bytes": NUM, "nccl_buffers_bytes": NUM,
                                              "comm_other_bytes": NUM}),
                    "binding_stage": INT, "limit_bytes": NUM, "fits": BOOL, "near_limit": BOOL,
+                   "host_bytes": NUM, "host_limit_bytes": NUM,
                    "interval": {"type": "object"}, "activation_bytes_per_layer": NUM}),
     "communication": obj({"bytes_per_step": obj({k: NUM for k in ("dp", "tp", "pp", "cp", "ep", "offload")}),
                           "per_stage": arr({"type": "object"})}),

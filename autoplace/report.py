@@ -41,7 +41,10 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
                     f"{'fits' if mem['fits'] else 'DOES NOT FIT'}"
                     + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}"
                        + ("" if miv["exact"] else " (too few sources to calibrate: a floor)") if miv else "")
-                    + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else ""))
+                    + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else "")
+                    + (f" · host {gib(mem['host_bytes'])} offloaded per GPU of {gib(mem['host_limit_bytes'])}"
+                       + ("" if not mem.get("host_limit_bytes") or mem["host_bytes"] <= mem["host_limit_bytes"]
+                          else " (OVER the node's host memory)") if mem.get("host_bytes") else ""))
     cols = ("params", "grads", "optimizer", "activations", "transient", "reserve", "overhead", "total")
     t.add_column("stage", justify="right")
     for c in cols:

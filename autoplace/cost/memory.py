@@ -169,6 +169,42 @@ def k1_active(p):
 # ---- model states ---------------------------------------------------------------------------
 def model_state_bytes(ctx, p, i):
     """(params, grads, optimizer) bytes on one rank of stage i (§2.1–2.3, K1/T22)."""
+    return _state_bytes(ctx, p, i)[:3]
+
+
+def host_state_bytes(ctx, p, i):
+    """Bytes one rank of stage i offloads to host memory (§3.7): the optimizer share `offload_fraction`
+    (off ≥ 1), the gradients (off ≥ 2) and the parameters (off ≥ 3), each as the rank's shard — the
+    device-side counterpart of `model_state_bytes`, from the same terms."""
+    return _state_bytes(ctx, p, i)[3]
+
+
+HOST_USABLE = 0.85
+"""Share of a node's host memory its ranks' offloaded states may take: the rest is the OS, the
+data-loader workers and the pinned staging buffers [estimate]."""
+
+
+def host_limit(hw, world: int | None = None):
+    """Host bytes per rank for offloaded states: HOST_USABLE × host memory per node / the ranks on a
+    node (min(GPUs per node, world)); 0 when the profile does not state host memory: not checked."""
+    ranks = min(int(hw.gpus_per_node), int(world)) if world else int(hw.gpus_per_node)
+    return HOST_USABLE * float(getattr(hw, "host_memory_bytes", 0.0)) / max(ranks, 1)
+
+
+def host_fits(ctx, hw, p):
+    """Offloaded states of the first and last stage (the largest, as in the offload traffic) fit
+    in `host_limit`; True where nothing is offloaded or the profile states no host memory."""
+    off = _w(p.off)
+    lim = host_limit(hw, ctx.world)
+    if lim <= 0 or (np.ndim(off) == 0 and off == 0):
+        return np.ones(np.shape(off), bool) if np.ndim(off) else True
+    pp = _w(p.pp)
+    need = np.maximum(host_state_bytes(ctx, p, 0), host_state_bytes(ctx, p, pp - 1))
+    return (off == 0) | (need <= lim)
+
+
+def _state_bytes(ctx, p, i):
+    """(device params, grads, optimizer, host bytes) on one rank of stage i."""
     t = ctx.train
     _, bG, bM, bO = t.widths
     pm, gm, om, off = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode), _w(p.off)
@@ -187,6 +223,8 @@ def model_state_bytes(ctx, p, i):
         params = bP * psi * np.where(off >= 3, 0.0, fP)
         grads = bG * psi * np.where(off >= 2, 0.0, fG)
         opt = (bO + bM) * psi * fO * np.where(off >= 1, 1.0 - phi, 1.0)
+        host = bP * psi * np.where(off >= 3, fP, 0.0) + bG * psi * np.where(off >= 2, fG, 0.0) \
+            + (bO + bM) * psi * fO * np.where(off >= 1, phi, 0.0)
         # DeepSpeed ZeRO-3 reduces 16-bit grads straight into the fp32 partition (b_M): no 16-bit shard
         if t.regime == "deepspeed":
             grads = np.where(pm >= 1, 0.0, grads)
@@ -195,11 +233,11 @@ def model_state_bytes(ctx, p, i):
         # expert-DP group is one rank are outside FSDP (plain .grad at b_G)
         params = np.where(k1 & (pm > 0), bP * psi, params)
         grads = np.where(k1 & ((_w(n) > 1) | (not experts)), bGr * psi, grads)
-        return params, grads, opt
+        return params, grads, opt, host
 
-    pd, gd, od = one(dense, nd)
-    pe, ge, oe = one(expert, ne, experts=True)
-    return pd + pe, gd + ge, od + oe
+    pd, gd, od, hd = one(dense, nd)
+    pe, ge, oe, he = one(expert, ne, experts=True)
+    return pd + pe, gd + ge, od + oe, hd + he
 
 
 # ---- activations ----------------------------------------------------------------------------

@@ -614,7 +614,7 @@ def evaluate(ctx, hw, p, headroom: float = 0.0, report: bool = True):
         "step_s": step, "compute": compute, "recompute": recompute, "tp_comm": tp_comm,
         "dp_comm_exposed": dp_exposed, "pp_bubble": pp_bubble, "pp_comm": pp_comm, "cp_comm": cp_comm,
         "ep_comm": ep_comm, "host": host, "optimizer": optimizer, "offload": offload, "overhead": overhead,
-        "peak_bytes": peak_mem, "fits": peak_mem <= limit,
+        "peak_bytes": peak_mem, "fits": (peak_mem <= limit) & Mm.host_fits(ctx, hw, p),
         "pipeline_s": T_pipe,            # the schedule alone: (m·v − 1)·max t_i / v + Σ t_i / v
     }
     if not report:

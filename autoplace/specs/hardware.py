@@ -53,6 +53,9 @@ class HardwareSpec:
     """Per-step latency α across domains, s."""
     host_bw: float
     """Host link (PCIe / C2C) per GPU, one direction, bytes/s."""
+    host_memory_bytes: float = 0.0
+    """Host (CPU) memory per node, bytes: what the node's ranks offload to (ZeRO-Offload / FSDP CPU
+    offload) must fit in `HOST_USABLE` of it (cost.memory.host_fits); 0 = unknown, not checked."""
     arch: str = ""
     """GPU architecture: volta, ampere, hopper, blackwell, cdna3, cpu (which low-precision formats exist)."""
     sustained_factor: float = 0.92
@@ -173,6 +176,7 @@ _UNITS = {  # TOML key → (dataclass field, multiplier)
     "cuda_context_gib": ("cuda_context_bytes", 2**30),
     "comm_buffer_gib": ("comm_buffer_bytes", 2**30),
     "cpu_adam_gparams_per_s": ("cpu_adam_params_per_s", 1e9),
+    "host_memory_gib": ("host_memory_bytes", 2**30),
 }
 _FIELDS = {f.name for f in fields(HardwareSpec)}
 
@@ -269,6 +273,7 @@ _DOMAINS = {   # field → (TOML key as the user writes it, unit divisor, low, h
     "cuda_context_bytes": ("cuda_context_gib", 2**30, 0.0, 1e15, False),
     "comm_buffer_bytes": ("comm_buffer_gib", 2**30, 0.0, 1e15, False),
     "nccl_channels": ("nccl_channels", 1.0, 1.0, 64.0, False),
+    "host_memory_bytes": ("host_memory_gib", 2**30, 0.0, 1e18, False),
     "step_overhead_s": ("step_overhead_ms", 1e-3, 0.0, 3600.0, False),
 }
 _INT_DOMAINS = {"gpus_per_node": (1, 1 << 20), "scaleup_domain": (1, 1 << 20), "gemm_tile": (1, 65536),
