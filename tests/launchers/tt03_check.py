@@ -2,7 +2,8 @@
 subprocess with PYTHONPATH = <.venv-tt03>:<export folder>); prints the parsed sections as JSON.
 
 torchtitan 0.3 imports triton kernels at module import time (GPU only): a module that needs triton
-is replaced by a stand-in that raises if called, and the import is retried."""
+is replaced by a stand-in that raises if called, and the import is retried. Float8 converters ask
+for an SM89+ GPU when the config is built: an H100 (9, 0) is answered."""
 
 import json
 import sys
@@ -41,6 +42,12 @@ def _load(module):
 
 _load(sys.argv[1])
 from torchtitan.config import ConfigManager  # noqa: E402
+
+# float8 converters are built when the config function runs and ask the GPU for SM89+: answered as
+# the H100 the exports are written for (torchao itself is imported for real)
+_f8 = sys.modules.get("torchtitan.components.quantization.float8")
+if _f8 is not None and hasattr(_f8, "has_cuda_capability"):
+    _f8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
 
 cfg = ConfigManager().parse_args(["--module", sys.argv[1], "--config", sys.argv[2]])
 p, t = cfg.parallelism, cfg.training
