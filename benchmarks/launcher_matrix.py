@@ -18,6 +18,9 @@ exit go to each version's own code:
 
     PYTHONPATH=. .venv/bin/python benchmarks/launcher_matrix.py [--quick] [--rows]
 
+A search that runs past SEARCH_LIMIT_S is counted as not finished (llama3-405b on 64 GPUs under
+Megatron takes minutes: a search-speed matter, reported apart from the files).
+
 Prints a markdown table per launcher and version: files checked, accepted, refused by autoplace
 (with reasons), rejected by the launcher (with the error). tests/test_launcher_matrix.py runs a
 subset in CI (every launcher, version and switch at least once).
@@ -41,7 +44,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 PRESETS = ("13b", "70b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3",
            "gpt-oss-20b")
+QUICK = ("13b", "llama3-8b", "mixtral-8x7b", "qwen3-30b-a3b")
 WORLDS = (8, 64, 256, 1024)
+SEARCH_LIMIT_S = 60      # a search still running after this is counted "did not finish" (not a file)
 LAUNCHERS = ("megatron", "deepspeed", "torchtitan", "accelerate")
 # (label, extra CLI words, MoE models only): the runtime switches (autoplace.runtimes.switches) and FP8
 SWITCHES = (
@@ -73,7 +78,7 @@ class Point:
 
 
 def grid(quick=False):
-    presets = ("13b", "llama3-405b", "mixtral-8x7b", "deepseek-v3") if quick else PRESETS
+    presets = QUICK if quick else PRESETS
     for L in LAUNCHERS:
         for m in presets:
             for W in WORLDS:
@@ -90,9 +95,22 @@ def search(p: Point, root: Path) -> Point:
     from autoplace.cli import app
     words = dict((s[0], s[1]) for s in SWITCHES)[p.switch]
     out = root / f"{p.launcher}-{p.model}-{p.world}-{p.switch}"
-    r = CliRunner().invoke(app, ["search", "--model", p.model, "--gpus", str(p.world), "--launcher", p.launcher,
-                                 "--emit", str(out), "--json", *words])
+    import signal
+
+    def _late(*_):
+        raise TimeoutError(f"search did not finish in {SEARCH_LIMIT_S} s")
+    old = signal.signal(signal.SIGALRM, _late)
+    signal.alarm(SEARCH_LIMIT_S)
+    try:
+        r = CliRunner().invoke(app, ["search", "--model", p.model, "--gpus", str(p.world), "--launcher", p.launcher,
+                                     "--emit", str(out), "--json", "--workers", "1", *words])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     p.exit = r.exit_code
+    if isinstance(r.exception, TimeoutError):
+        p.refused = str(r.exception)
+        return p
     if r.exit_code != 0:
         err = (r.stderr if r.stderr_bytes is not None else r.output).strip().splitlines()
         p.refused = (err[-1] if err else repr(r.exception))[:200]
@@ -236,12 +254,14 @@ def table(points: list[Point]) -> str:
             continue
         out.append(f"| {L} | {ver} | {c['checked']} | {c['accepted']} | {c['refused']} | {c['rejected']} |")
     out.append("")
-    out.append("| launcher | searches | files written | autoplace refused the search (exit ≠ 0) |")
-    out.append("|---|---:|---:|---:|")
+    out.append("| launcher | searches | files written | autoplace refused the search (exit ≠ 0) | search did not finish |")
+    out.append("|---|---:|---:|---:|---:|")
     for L in LAUNCHERS:
         ps = [p for p in points if p.launcher == L]
         if ps:
-            out.append(f"| {L} | {len(ps)} | {sum(1 for p in ps if p.folder)} | {sum(1 for p in ps if not p.folder)} |")
+            late = sum(1 for p in ps if p.refused.startswith("search did not finish"))
+            out.append(f"| {L} | {len(ps)} | {sum(1 for p in ps if p.folder)} | "
+                       f"{sum(1 for p in ps if not p.folder) - late} | {late} |")
     if reasons:
         out.append("")
         out.append("Reasons (count):")
@@ -254,7 +274,7 @@ def table(points: list[Point]) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="4 presets instead of 9")
+    ap.add_argument("--quick", action="store_true", help="13b, llama3-8b, mixtral-8x7b, qwen3-30b-a3b instead of 9 presets")
     ap.add_argument("--rows", action="store_true", help="also print one line per point")
     ap.add_argument("--json", help="write every point to this file")
     a = ap.parse_args()

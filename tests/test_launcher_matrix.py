@@ -23,16 +23,16 @@ POINTS = [
     ("megatron", "llama3-8b", 8, "fp8"),
     ("megatron", "llama3-70b", 256, "fp8-attention"),
     ("megatron", "70b", 64, "cuda-graphs"),
-    ("megatron", "13b", 1024, "cuda-graphs-full"),
+    ("megatron", "13b", 256, "cuda-graphs-full"),
     ("megatron", "mixtral-8x7b", 64, "allgather"),
-    ("megatron", "deepseek-v3", 1024, "deepep"),
+    ("megatron", "mixtral-8x7b", 256, "deepep"),
     ("megatron", "qwen3-30b-a3b", 256, "hybridep"),
     ("megatron", "gpt-oss-20b", 64, "fused-moe-mlp"),
     ("deepspeed", "13b", 64, "bf16"),
     ("deepspeed", "llama3-8b", 8, "cuda-graphs"),
     ("torchtitan", "13b", 64, "bf16"),                 # Llama-2 shape (custom flavor / llama3 layer builder)
     ("torchtitan", "llama3-8b", 64, "fp8"),            # float8 converters
-    ("torchtitan", "llama3-405b", 1024, "bf16"),       # pipeline stages
+    ("torchtitan", "llama3-70b", 64, "bf16"),          # built-in flavor
     ("torchtitan", "qwen3-30b-a3b", 64, "deepep"),     # registered MoE model, DeepEP backend
     ("accelerate", "llama3-8b", 64, "bf16"),
     ("accelerate", "13b", 256, "fp8"),
