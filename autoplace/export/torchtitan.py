@@ -407,6 +407,9 @@ def v03_refusal(job: ExportJob) -> str | None:
                     f"{m.num_experts} experts, top-{m.top_k} ({', '.join(e.split(':')[0] + ' ' + e.split(':')[1] for e in s.later_moe_specs)})")
         if s.later_etp == "1" and p.ep > 1 and p.t_exp != 1:
             return f"torchtitan {ver} has no expert tensor parallelism (EP borrows the TP ranks): etp={p.t_exp}; use etp=1"
+        if not s.later_cuda_graphs_moe and LAUNCHER.runtime_for(t).kernels.cuda_graphs:
+            return (f"cuda_graphs: torchtitan {ver} captures CUDA graphs around MoE token dispatch only without "
+                    "CPU synchronisation (not its all-to-all or DeepEP dispatchers); drop cuda_graphs")
     elif _family(m) != "llama3":
         return f"torchtitan {ver} builds Llama-style dense models only (RMSNorm, RoPE, SwiGLU, no biases, untied)"
     if t.precision == "fp8" and _fp8_recipe(job) not in s.later_fp8_recipes:

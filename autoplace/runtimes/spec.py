@@ -334,6 +334,9 @@ class Capabilities:
     """MoE model definitions the later release registers (same form as moe_specs)."""
     later_fp8_recipes: tuple = ()
     """FP8 recipes the later release's float8 converter names."""
+    later_cuda_graphs_moe: bool = True
+    """The later release captures CUDA graphs around an MoE model's token dispatch (torchtitan 0.3:
+    only dispatchers without CPU synchronisation, not the standard all-to-all or DeepEP)."""
     later_etp: str = "any"
     """Expert TP in the later release: any, tp-or-1, 1 (torchtitan 0.3: EP borrows the TP ranks)."""
     cp: bool = True
