@@ -183,9 +183,20 @@ def validate_batched(points: list[Point]) -> None:
             for p in mlm:
                 p.verdicts[key] = f"skipped: no checkout in {d}"
             continue
-        got = _run_lines([sys.executable, str(ROOT / "tests/launchers/mlm_parse.py"),
-                          *[f"{p.folder}@{p.world}" for p in mlm]], dict(os.environ, PYTHONPATH=str(d)), "file")
+        run, too_old = [], {}
         for p in mlm:
+            from autoplace.export.megatron import flags_need
+            need = {f: t for f, t in flags_need(_job(Path(p.folder))).items() if _tag(t) > _tag(tag)}
+            if need:
+                too_old[p.folder] = "; ".join(f"{f} needs Megatron-LM {t} or later" for f, t in need.items())
+            else:
+                run.append(p)
+        got = _run_lines([sys.executable, str(ROOT / "tests/launchers/mlm_parse.py"),
+                          *[f"{p.folder}@{p.world}" for p in run]], dict(os.environ, PYTHONPATH=str(d)), "file")
+        for p in mlm:
+            if p.folder in too_old:             # the export notes say which release the file needs
+                p.verdicts[key] = f"refused: {too_old[p.folder]}"
+                continue
             r = got.get(p.folder)
             p.verdicts[key] = "ok" if r and r["ok"] else f"rejected: {r['error'] if r else 'no answer'}"
     tt = [p for p in points if p.launcher == "torchtitan" and p.folder and "torchtitan 0.3" not in p.verdicts]
@@ -202,8 +213,12 @@ def validate_batched(points: list[Point]) -> None:
         p.verdicts["torchtitan 0.3"] = "ok" if r and r["ok"] else f"rejected: {r['error'] if r else 'no answer'}"
 
 
+def _tag(t: str) -> tuple:
+    return tuple(int(x) for x in t.rsplit("v", 1)[-1].split(".") if x.isdigit())
+
+
 def _run_lines(cmd, env, key) -> dict:
-    if len(cmd) <= 3:
+    if not any(Path(str(x).split("@")[0]).is_dir() for x in cmd[2:]):      # nothing to check
         return {}
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     out = {}

@@ -65,7 +65,7 @@ def test_exported_files_are_accepted_by_each_version(points, i):
     assert not bad, bad
     for k, v in p.verdicts.items():
         if v.startswith("refused"):          # only the exporter's one-line reason for a version it cannot say
-            assert k == "torchtitan 0.3" and "\n" not in v
+            assert k in ("torchtitan 0.3", "Megatron-LM core_v0.16.1") and "\n" not in v
 
 
 def test_matrix_writes_files_for_most_points(points):

@@ -327,6 +327,9 @@ class Capabilities:
     """MoE models it can build: "*" any (Megatron-Core, DeepSpeed, HF modules), else its registered
     MoE model definitions as "name:flavor:layers:hidden:experts:top_k" (torchtitan: a TrainSpec and
     flavor per model; an MoE model matching none is refused)."""
+    flags_since: tuple = ()
+    """Launcher flags only later releases parse, as (flag, first release tag) pairs (Megatron-LM
+    `--use-transformer-engine-op-fuser`: core_v0.18.0); the export notes name the release a file needs."""
     later_version: str = ""
     """The stack's later release with another config format (torchtitan 0.3.0: Python job modules);
     the exporter writes that release's file too where the `later_*` keys allow the plan."""
