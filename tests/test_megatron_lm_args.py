@@ -41,30 +41,39 @@ def _checkout(tag) -> Path:
     return d
 
 
-@pytest.mark.parametrize("tag", list(CHECKOUTS))
-@pytest.mark.parametrize("model,world,plan", [
+CASES = [
     ("llama3-8b", 64, "tp=2,pp=2,zero=1,sp=1,recompute=selective,mbs=1"),
     ("llama3-70b", 128, "tp=8,pp=4,vpp=5,zero=1,sp=1,recompute=block,recompute_layers=10,mbs=1,vpp_group=8"),
     ("mixtral-8x7b", 64, "tp=2,ep=4,pp=2,sp=1,zero=1,mbs=1"),
     ("13b", 64, "tp=2,zero=3,recompute=full,mbs=1"),
-])
-def test_megatron_lm_parse_args_accepts_emitted_flags(tmp_path, model, world, plan, tag):
+]
+
+
+@pytest.mark.parametrize("tag", list(CHECKOUTS))
+def test_megatron_lm_parse_args_accepts_emitted_flags(tmp_path, tag):
+    """One parser process per release over every case's export folder (the import is the cost)."""
     mlm = _checkout(tag)
-    m = get_preset(model)
-    t = TrainingSpec(seq_len=4096, global_batch=512)
-    job = ExportJob(m, HW, t, parse_plan(plan).resolved(world), world)
-    for name, text in megatron.emit(job).items():
-        (tmp_path / name).write_text(text)
+    jobs = []
+    for n, (model, world, plan) in enumerate(CASES):
+        m = get_preset(model)
+        t = TrainingSpec(seq_len=4096, global_batch=512)
+        job = ExportJob(m, HW, t, parse_plan(plan).resolved(world), world)
+        d = tmp_path / f"case{n}"
+        d.mkdir()
+        for name, text in megatron.emit(job).items():
+            (d / name).write_text(text)
+        jobs.append((d, job))
     here = Path(__file__).parent / "launchers" / "mlm_parse.py"
-    env = dict(os.environ, PYTHONPATH=str(mlm))
-    r = subprocess.run([sys.executable, str(here), f"{tmp_path}@{world}"], capture_output=True, text=True,
-                       env=env, timeout=600)
+    r = subprocess.run([sys.executable, str(here), *[f"{d}@{job.world}" for d, job in jobs]], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(mlm)), timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["ok"], out["error"]
-    a = out["args"]
-    p = job.plan
-    assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"]) == (p.tp, p.pp)
-    assert (a["micro_batch_size"], a["global_batch_size"], a["seq_length"]) == (p.mbs, 512, 4096)
-    assert a["rotary_base"] == int(m.rope_theta) and a["swiglu"] is True
-    assert a["moe_grouped_gemm"] == m.is_moe
+    got = {o["file"]: o for o in map(json.loads, [x for x in r.stdout.splitlines() if x.startswith("{")])}
+    for d, job in jobs:
+        out = got[str(d)]
+        assert out["ok"], (job.describe(), out["error"])
+        a, p, m = out["args"], job.plan, job.model
+        assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"]) == (p.tp, p.pp)
+        assert (a["micro_batch_size"], a["global_batch_size"], a["seq_length"]) == (p.mbs, 512, 4096)
+        assert a["data_parallel_size"] == p.dp
+        assert a["rotary_base"] == int(m.rope_theta) and a["swiglu"] is True
+        assert a["moe_grouped_gemm"] == m.is_moe
