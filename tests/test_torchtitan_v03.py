@@ -22,6 +22,9 @@ from autoplace.specs.hardware import load_hardware
 from autoplace.specs.presets import get_preset
 from autoplace.specs.training import TrainingSpec
 
+sys.path.insert(0, str(Path(__file__).parent))
+from launchers import tt03_pythonpath  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TT03 = Path(os.environ.get("AUTOPLACE_TT03", ROOT / ".venv-tt03"))
 HW = load_hardware("h100-sxm-80gb")
@@ -35,15 +38,19 @@ pytestmark = pytest.mark.skipif(not (TT03 / "torchtitan" / "config" / "manager.p
     ("llama3-8b", 16, (8192, 128), "tp=2,cp=2,zero=3,sp=1,mbs=1,offload=params"),
     ("llama3-405b", 512, (8192, 512), "tp=8,pp=8,zero=3,sp=1,recompute=full,mbs=1,layer_split=15:16:16:16:16:16:16:15"),
     ("llama3-8b", 8, (4096, 64), "zero=0,mbs=1"),
+    ("13b", 64, (4096, 256), "zero=3,recompute=block,recompute_layers=5,mbs=1"),       # Llama-2 shape, every 8th block
+    ("qwen3-30b-a3b", 64, (4096, 256), "zero=3,ep=8,mbs=1"),                          # registered MoE model
+    ("70b:fp8", 64, (4096, 256), "tp=8,pp=2,zero=3,sp=1,recompute=selective,mbs=1"),  # float8 converters, custom shape
 ])
 def test_torchtitan_03_config_manager_accepts_job_module(tmp_path, model, world, train, plan):
-    t = TrainingSpec(seq_len=train[0], global_batch=train[1], runtime=load_runtime("torchtitan"))
+    model, _, prec = model.partition(":")
+    t = TrainingSpec(seq_len=train[0], global_batch=train[1], precision=prec or "bf16", runtime=load_runtime("torchtitan"))
     p = parse_plan(plan + ",rank_order=torchtitan").resolved(world)
     job = ExportJob(get_preset(model), HW, t, p, world)
     files = torchtitan.emit(job)
     assert f"{torchtitan.JOB_MODULE}.py" in files
     (tmp_path / f"{torchtitan.JOB_MODULE}.py").write_text(files[f"{torchtitan.JOB_MODULE}.py"])
-    env = dict(os.environ, PYTHONPATH=f"{TT03}{os.pathsep}{tmp_path}")
+    env = dict(os.environ, PYTHONPATH=tt03_pythonpath(TT03, tmp_path))
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "launchers" / "tt03_check.py"), torchtitan.JOB_MODULE,
                         "autoplace_job"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -60,13 +67,21 @@ def test_torchtitan_03_config_manager_accepts_job_module(tmp_path, model, world,
     else:
         assert got["local_batch"] == p.mbs and t.global_batch // (got["local_batch"] * p.dp) == m
     assert got["cpu_offload"] == (p.offload == "params")
-    assert got["ac"] == {"none": None, "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[p.recompute]
+    assert got["ac"] == {"none": None, "selective": "SelectiveAC.Config", "full": "FullAC.Config",
+                         "block": "_EveryNthConfig"}[p.recompute]
 
 
-def test_torchtitan_03_module_is_omitted_where_0_3_cannot_say_the_plan():
-    t = TrainingSpec(seq_len=4096, global_batch=1024)
-    block = ExportJob(get_preset("llama3-8b"), HW, t, parse_plan("zero=3,recompute=block,recompute_layers=8,mbs=1")
-                      .resolved(64), 64)
-    assert f"{torchtitan.JOB_MODULE}.py" not in torchtitan.emit(block)     # 0.3 has no layer-SAC period
-    custom = ExportJob(get_preset("13b"), HW, t, parse_plan("zero=3,mbs=1").resolved(64), 64)
-    assert f"{torchtitan.JOB_MODULE}.py" not in torchtitan.emit(custom)    # not a built-in llama3 flavor
+def test_torchtitan_03_module_is_refused_in_one_line_where_0_3_cannot_say_the_plan():
+    hw = HW
+    tensorwise = TrainingSpec(seq_len=4096, global_batch=1024, precision="fp8", fp8_recipe="tensorwise",
+                              runtime=load_runtime("torchtitan"))
+    job = ExportJob(get_preset("llama3-8b"), hw, tensorwise, parse_plan("zero=3,mbs=1,rank_order=torchtitan").resolved(64), 64)
+    assert f"{torchtitan.JOB_MODULE}.py" not in torchtitan.emit(job)
+    assert torchtitan.v03_refusal(job) == ("fp8 recipe tensorwise: torchtitan 0.3.0's Float8LinearConverter has "
+                                           "rowwise only (--fp8-recipe rowwise)")
+    assert any("not written: fp8 recipe tensorwise" in n for n in torchtitan.notes(job))
+    t = TrainingSpec(seq_len=4096, global_batch=1024, runtime=load_runtime("torchtitan"))
+    etp = ExportJob(get_preset("qwen3-30b-a3b"), hw, t, parse_plan("tp=2,ep=4,etp=2,zero=3,sp=1,mbs=1,rank_order=torchtitan").resolved(64), 64)
+    assert torchtitan.v03_refusal(etp) == ("torchtitan 0.3.0 has no expert tensor parallelism (EP borrows the TP "
+                                           "ranks): etp=2; use etp=1")
+    assert f"{torchtitan.JOB_MODULE}.py" not in torchtitan.emit(etp)

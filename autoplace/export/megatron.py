@@ -181,9 +181,18 @@ def emit(doc_or_job) -> dict[str, str]:
     return LAUNCHER.emit(doc_or_job)
 
 
+def flags_need(job) -> dict[str, str]:
+    """flag → the first Megatron-LM release that parses it, for the flags this export writes (the
+    runtime file's supports.flags_since)."""
+    rt = LAUNCHER.runtime_for(job.train)
+    since = dict(rt.supports.flags_since) if rt is not None else {}
+    words = set(_write(job)["megatron_args.txt"].split()) if since else set()
+    return {f: tag for f, tag in since.items() if f in words}
+
+
 def notes(job) -> list[str]:
     job = as_job(job)
-    out = []
+    out = [f"{f} needs Megatron-LM {tag} or later (older parsers reject it)" for f, tag in flags_need(job).items()]
     if job.plan.rank_order != "tp-cp-ep-dp-pp":
         out.append("Megatron orders ranks tp-cp-ep-dp-pp; for dense plans that is the same grid as "
                    "torchtitan's pp-dp-cp-tp order")

@@ -172,6 +172,10 @@ def notes(job) -> list[str]:
     elif job.shaped and _flavor(job.model) is None:
         out.append(f"{safe.one_line(job.model.name)} is not a built-in llama3 flavor; {FLAVOR_MODULE}.py registers it "
                    "(--experimental.custom_import)")
+    if job.shaped:
+        why = v03_refusal(job)
+        out.append(f"{JOB_MODULE}.py (torchtitan 0.3) not written: {why}; run the 0.2.2 TOML" if why else
+                   f"{JOB_MODULE}.py is the torchtitan 0.3 job module (--module {JOB_MODULE} --config autoplace_job)")
     if not job.plan.dp_overlap:
         out.append("FSDP2 always overlaps its collectives (prefetch); dp_overlap=False is ignored")
     if not job.plan.bwd_prefetch:
@@ -296,7 +300,7 @@ def job_config(job: ExportJob) -> dict:
     if (plan.tp_overlap and plan.tp > 1) or LAUNCHER.runtime_for(t).kernels.elementwise == "compiled":
         cfg["compile"] = {"enable": True}          # components default: model, loss
     if t.precision == "fp8":
-        fp8 = {"recipe_name": "tensorwise"}
+        fp8 = {"recipe_name": _fp8_recipe(job)}
         if zero == 3 and plan.dp_shard > 1:
             fp8.update({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True})
         cfg["quantize"] = {"linear": {"float8": fp8}}
@@ -385,50 +389,154 @@ def _write(job: ExportJob) -> dict[str, str]:
     return files
 
 
+def _fp8_recipe(job: ExportJob) -> str:
+    rt = LAUNCHER.runtime_for(job.train)
+    return job.train.fp8_recipe or (rt.precision.fp8_recipes[0] if rt.precision.fp8_recipes else "rowwise")
+
+
+def v03_refusal(job: ExportJob) -> str | None:
+    """Why torchtitan 0.3 cannot run the plan (one line), None when it can: the runtime file's
+    `supports.later_*` keys (0.3's model registries, float8 recipes, EP mesh)."""
+    m, p, t = job.model, job.plan, job.train
+    s = LAUNCHER.runtime_for(t).supports
+    ver = s.later_version or "0.3"
+    if m.is_moe and not m.states_only:
+        from autoplace.runtimes.check import moe_spec
+        if moe_spec(type(s)(moe_specs=s.later_moe_specs), m) is None:
+            return (f"torchtitan {ver} registers no MoE model with {m.layers} layers, hidden {m.hidden}, "
+                    f"{m.num_experts} experts, top-{m.top_k} ({', '.join(e.split(':')[0] + ' ' + e.split(':')[1] for e in s.later_moe_specs)})")
+        if s.later_etp == "1" and p.ep > 1 and p.t_exp != 1:
+            return f"torchtitan {ver} has no expert tensor parallelism (EP borrows the TP ranks): etp={p.t_exp}; use etp=1"
+        if not s.later_cuda_graphs_moe and LAUNCHER.runtime_for(t).kernels.cuda_graphs:
+            return (f"cuda_graphs: torchtitan {ver} captures CUDA graphs around MoE token dispatch only without "
+                    "CPU synchronisation (not its all-to-all or DeepEP dispatchers); drop cuda_graphs")
+    elif _family(m) != "llama3":
+        return f"torchtitan {ver} builds Llama-style dense models only (RMSNorm, RoPE, SwiGLU, no biases, untied)"
+    if t.precision == "fp8" and _fp8_recipe(job) not in s.later_fp8_recipes:
+        return (f"fp8 recipe {_fp8_recipe(job)}: torchtitan {ver}'s Float8LinearConverter has "
+                f"{', '.join(s.later_fp8_recipes)} only (--fp8-recipe rowwise)")
+    if t.precision not in ("bf16", "fp8", "fp32"):
+        return f"precision {t.precision}: torchtitan {ver} trains in bf16 (FSDP mixed precision) with float8 converters"
+    return None
+
+
+_BLOCK_AC = '''
+
+@dataclass(kw_only=True, slots=True)
+class _EveryNthConfig(FullAC.Config):
+    every: int = 1
+    """recompute the transformer blocks whose index is a multiple of `every` (the rest keep activations)"""
+
+
+class EveryNthBlockAC(FullAC):
+    """autoplace recompute=block: full recompute of every `every`-th transformer block
+    (torchtitan 0.2.2's layer SAC, selective_ac_option = every)."""
+
+    Config = _EveryNthConfig
+
+    def _wrap_block(self, module, *, base_fqn=None):
+        index = int(str(base_fqn).rsplit(".", 1)[-1]) if base_fqn else 0
+        return super()._wrap_block(module, base_fqn=base_fqn) if index % self.config.every == 0 else module
+
+
+_EveryNthConfig._owner = EveryNthBlockAC
+'''
+
+
 def job_module_v03(job: ExportJob, cfg: dict) -> str | None:
     """torchtitan 0.3 (PR #2386: configs are Python functions returning Trainer.Config): a module whose
-    `autoplace_job()` starts from torchtitan's own llama3 recipe for the flavor and sets the plan's
-    training, parallelism, activation-checkpoint and compile sections. Written for the built-in llama3
-    flavors and none/selective(per-op)/full recompute; 0.3 has no layer-SAC period for block recompute
-    and registers custom shapes in code (None: use the 0.2.x TOML)."""
-    m = job.model
-    flavor = _flavor(m) if _family(m) == "llama3" else None
-    rc = recompute_per_stage(job)
-    if flavor is None or rc.kind == "block" or cfg["model"].get("converters"):
+    `autoplace_job()` starts from torchtitan's own llama3 8B recipe and sets the model (a built-in
+    flavor, a Llama-shaped model built with llama3's own layer builder, or a registered MoE model),
+    float8 converters, training, parallelism, activation checkpointing (block recompute as a FullAC
+    subclass that wraps every N-th block) and compile. None where `v03_refusal` says 0.3 cannot."""
+    if v03_refusal(job) is not None:
         return None
+    m, plan, t = job.model, job.plan, job.train
     tr, par = cfg["training"], dict(cfg["parallelism"])
-    par.pop("enable_async_tensor_parallel", None)
-    ep_tp = par.pop("expert_tensor_parallel_degree", 1)
-    if ep_tp not in (1,):                      # 0.3 dropped ETP: experts follow the dense TP (= etp)
-        if ep_tp != job.plan.tp:
-            return None
-    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[rc.kind]
-    comp = cfg.get("compile", {}).get("enable", False)
-    base = "llama3_8b"       # the plain bf16 recipe (the 405B recipe adds torchao float8 converters)
+    for k in ("enable_async_tensor_parallel", "expert_tensor_parallel_degree", "expert_parallel_comm_backend"):
+        par.pop(k, None)
+    if plan.tp > 1 and not plan.sp:
+        par["enable_sequence_parallel"] = False
+    if "module_fqns_per_model_part" in par:       # 0.3 names the output projection lm_head
+        par["module_fqns_per_model_part"] = [["lm_head" if x == "output" else x for x in part]
+                                             for part in par["module_fqns_per_model_part"]]
+    rc = recompute_per_stage(job)
+    comp = bool(cfg.get("compile", {}).get("enable", False))
+    imports = ["from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
+               "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
+               "from torchtitan.models.llama3.config_registry import llama3_8b as _recipe"]
+    conv = "None"
+    if t.precision == "fp8":
+        imports.append("from torchtitan.components.quantization import Float8LinearConverter")
+        conv = (f"[Float8LinearConverter.Config(recipe_name={_fp8_recipe(job)!r}, filter_fqns=['lm_head'], "
+                f"model_compile_enabled={comp!r})]")
+    deepep = plan.ep > 1 and LAUNCHER.runtime_for(t).kernels.moe_dispatch == "deepep"
+    if m.is_moe and not m.states_only:
+        from autoplace.runtimes.check import moe_spec
+        s = LAUNCHER.runtime_for(t).supports
+        name, flavor = moe_spec(type(s)(moe_specs=s.later_moe_specs), m)
+        imports.append(f"from torchtitan.models.{name} import model_registry")
+        spec = (f"model_registry({flavor!r}, moe_comm_backend={'deepep' if deepep else 'standard'!r}, "
+                f"converters={conv})")
+        body = [f"    config.model_spec = {spec}"]
+        origin = f"torchtitan.models.{name} flavor {flavor}"
+    elif _flavor(m) is not None:
+        imports.append("from torchtitan.models.llama3 import model_registry")
+        body = [f"    config.model_spec = model_registry({_flavor(m)!r}, converters={conv})"]
+        origin = f"torchtitan.models.llama3 flavor {_flavor(m)}"
+    else:
+        imports += ["from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm",
+                    "from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers, model_registry",
+                    "from torchtitan.models.utils import validate_converter_order"]
+        hd = m.head_dim or m.hidden // m.heads
+        conv_lines = (["    validate_converter_order(converters)",
+                       "    for c in converters:",
+                       "        model = c.build().convert(model)"] if conv != "None" else [])
+        body = ["    spec = model_registry('8B')",
+                "    model = Llama3Model.Config(",
+                f"        dim={m.hidden}, vocab_size={m.vocab},",
+                f"        tok_embeddings=Embedding.Config(num_embeddings={m.vocab}, embedding_dim={m.hidden}),",
+                f"        norm=RMSNorm.Config(normalized_shape={m.hidden}),",
+                f"        lm_head=Linear.Config(in_features={m.hidden}, out_features={m.vocab}),",
+                f"        layers=_build_llama3_layers(n_layers={m.layers}, dim={m.hidden}, n_heads={m.heads}, "
+                f"n_kv_heads={m.a_kv}, hidden_dim={m.ffn_hidden},",
+                f"                                    rope=ComplexRoPE.Config(dim={hd}, max_seq_len={max(t.seq_len, 4096)}, "
+                f"theta={float(m.rope_theta or 10000.0)!r}),",
+                "                                    attn_backend='flex'),",
+                "    )",
+                f"    converters = {conv}" if conv != "None" else "",
+                *conv_lines,
+                "    spec.flavor, spec.model = 'autoplace', model",
+                "    config.model_spec = spec"]
+        body = [b for b in body if b]
+        origin = "llama3's layer builder (_build_llama3_layers) at the model's shape"
+    if rc.kind == "block":
+        ac = f"EveryNthBlockAC.Config(every={job.layers_per_stage // rc.layers})"
+    else:
+        ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[rc.kind]
     train_kw = {k: tr[k] for k in ("local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
                                    "enable_cpu_offload", "mixed_precision_param", "mixed_precision_reduce")}
     # the runtime's kernels (runtimes/torchtitan*.toml cuda_graphs = false; 0.3 rejects CUDA graphs with PP)
-    train_kw["disable_cuda_graphs"] = not LAUNCHER.runtime_for(job.train).kernels.cuda_graphs or job.plan.pp > 1
+    train_kw["disable_cuda_graphs"] = not LAUNCHER.runtime_for(t).kernels.cuda_graphs or plan.pp > 1
     fmt = lambda d: ",\n        ".join(f"{k}={v!r}" for k, v in d.items())  # noqa: E731
     lines = ['"""torchtitan 0.3 job config — generated by autoplace (autoplace export).', "",
              *[safe.docstring_text(x.lstrip("# ")) for x in header_lines(job, "plan")],
              "",
              "Run: torchrun ... -m torchtitan.train --module autoplace_torchtitan_job --config autoplace_job",
-             "(this folder on PYTHONPATH). Starts from torchtitan's own recipe "
-             f"torchtitan.models.llama3.config_registry.{base} and sets the plan's sections.",
+             "(this folder on PYTHONPATH). Starts from torchtitan's own recipe",
+             f"torchtitan.models.llama3.config_registry.llama3_8b; model: {origin}.",
              '"""', "",
-             "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
-             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
-             "from torchtitan.models.llama3 import model_registry",
-             f"from torchtitan.models.llama3.config_registry import {base} as _recipe", "", "",
+             *(["from dataclasses import dataclass", ""] if rc.kind == "block" else []),
+             *imports,
+             *([_BLOCK_AC] if rc.kind == "block" else [""]), "",
              "def autoplace_job():",
              "    config = _recipe()",
-             f"    config.model_spec = model_registry({flavor!r})",
+             *body,
              f"    config.training = TrainingConfig(\n        {fmt(train_kw)},\n    )",
              f"    config.parallelism = ParallelismConfig(\n        {fmt(par)},\n    )",
              f"    config.activation_checkpoint = {ac}",
-             f"    config.compile = CompileConfig(enable={bool(comp)!r}, "
-             f"enable_async_tensor_parallel={bool(job.plan.tp_overlap and job.plan.tp > 1)!r})",
+             f"    config.compile = CompileConfig(enable={comp!r}, "
+             f"enable_async_tensor_parallel={bool(plan.tp_overlap and plan.tp > 1)!r})",
              "    return config", ""]
     return "\n".join(lines)
 

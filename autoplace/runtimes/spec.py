@@ -340,6 +340,21 @@ class Capabilities:
     """MoE models it can build: "*" any (Megatron-Core, DeepSpeed, HF modules), else its registered
     MoE model definitions as "name:flavor:layers:hidden:experts:top_k" (torchtitan: a TrainSpec and
     flavor per model; an MoE model matching none is refused)."""
+    flags_since: tuple = ()
+    """Launcher flags only later releases parse, as (flag, first release tag) pairs (Megatron-LM
+    `--use-transformer-engine-op-fuser`: core_v0.18.0); the export notes name the release a file needs."""
+    later_version: str = ""
+    """The stack's later release with another config format (torchtitan 0.3.0: Python job modules);
+    the exporter writes that release's file too where the `later_*` keys allow the plan."""
+    later_moe_specs: tuple = ()
+    """MoE model definitions the later release registers (same form as moe_specs)."""
+    later_fp8_recipes: tuple = ()
+    """FP8 recipes the later release's float8 converter names."""
+    later_cuda_graphs_moe: bool = True
+    """The later release captures CUDA graphs around an MoE model's token dispatch (torchtitan 0.3:
+    only dispatchers without CPU synchronisation, not the standard all-to-all or DeepEP)."""
+    later_etp: str = "any"
+    """Expert TP in the later release: any, tp-or-1, 1 (torchtitan 0.3: EP borrows the TP ranks)."""
     cp: bool = True
     """Ring context parallelism."""
     ep: bool = True
