@@ -407,7 +407,18 @@ def env(job: ExportJob) -> dict[str, str | None]:
 def _write(job: ExportJob) -> dict[str, str]:
     plan = job.plan
     zero, _ = zero_level(plan)
-    args_text = join_flags(flags(job))
+    fl = flags(job)
+    args_text = join_flags(fl)
+    # a flag newer than the oldest release the runtime covers (runtime file supports.flags_since):
+    # the file says which Megatron-LM it needs, where a reader of the file looks first
+    rt = LAUNCHER.runtime_for(job.train)
+    since = dict(rt.supports.flags_since) if rt is not None else {}
+    newer = {k: since[k] for k, _ in fl if k in since}
+    need = []
+    if newer:
+        tag = max(newer.values(), key=lambda t: tuple(int(x) for x in t.removeprefix("core_v").split(".")))
+        need = [f"# needs Megatron-LM {tag} or later ({', '.join(newer)})"]
+        args_text = need[0] + "\n" + args_text
     # env -------------------------------------------------------------------------------------------
     e = env(job)
     env_lines = ["# shellcheck shell=bash"] + header_lines(job, "Megatron-LM environment") + [""]
@@ -422,7 +433,7 @@ def _write(job: ExportJob) -> dict[str, str]:
         env_lines.append("# no environment variables required by this plan")
     # launch ----------------------------------------------------------------------------------------
     vocab = job.model.vocab
-    launch = ["#!/usr/bin/env bash"] + header_lines(job, "Megatron-LM launch") + [
+    launch = ["#!/usr/bin/env bash"] + header_lines(job, "Megatron-LM launch") + need + [
         "# One copy of this script runs on every node (torchrun static rendezvous, as in Megatron's",
         "# examples). Set MEGATRON_LM to a Megatron-LM checkout; override DATA_ARGS / TRAIN_ARGS for",
         "# a real run (the defaults train on mock data with a null tokenizer of the model's vocab).",
