@@ -456,12 +456,16 @@ def run_bounded(ctx, hw, space, headroom: float, top_k: int, en, chunk: int, pro
         lb, sid, cid, weight = lb[order], sid[order], cid[order], weight[order]
         csum = np.cumsum(weight)
         pos, n = 0, lb.size
+        small = max(1, chunk // 16)
         while pos < n:
             kth = top.steps[k - 1] if top.steps.size >= k else np.inf
             if lb[pos] * (1.0 - REL_MARGIN) > kth:
                 break
             # the next ~chunk plans, cut where the bound passes the k-th best
-            size = chunk if np.isfinite(kth) else max(1, chunk // 16)    # a small first pass sets the incumbent
+            # a small first pass sets the incumbent; while nothing fits yet (no incumbent, nothing to
+            # prune) the passes double back to the full chunk, not thousands of small ones
+            size = chunk if np.isfinite(kth) else small
+            small = min(chunk, 2 * small)
             end = int(np.searchsorted(csum, (csum[pos - 1] if pos else 0) + size, side="right"))
             end = max(end, pos + 1)
             if np.isfinite(kth):
