@@ -81,7 +81,7 @@ def test_emit_writes_each_stack_with_its_own_numbers(tmp_path):
 # grid puts first (the launcher named is the one the grid's row gives; a change is worth a look).
 _HF = "tests/data/hf_configs/"
 HEADLINE_CELLS = [("llama3-8b", 64, "megatron"), (_HF + "google__gemma-2-27b", 8, "deepspeed"),
-                  ("gpt-530b", 8, "torchtitan"), ("deepseek-v3", 8, "torchtitan"),
+                  ("gemma3-27b", 8, "torchtitan"), ("gpt-oss-20b", 8, "torchtitan"),
                   (_HF + "Qwen__Qwen3-30B-A3B", 8, "megatron")]
 
 
