@@ -13,7 +13,6 @@ from autoplace.profile.model import (  # noqa: E402
     Decoder,
     _RMSNormFn,
     _RoPEFn,
-    _SwiGLUFn,
     count_params,
     cross_entropy,
     init_weights,
@@ -21,6 +20,7 @@ from autoplace.profile.model import (  # noqa: E402
     reference_run,
     rope_tables,
 )
+from autoplace.profile.swiglu import _SwiGLUFn  # noqa: E402
 from autoplace.specs.presets import get_preset  # noqa: E402
 
 TINY = get_preset("llama-tiny")
@@ -145,7 +145,7 @@ def test_selective_policy_setting_and_runner_runtime():
     assert runner_runtime(s, "nccl").memory.reserve_frac == CUDA_RESERVE_FRAC
     plan = parse_plan("zero=3,recompute=selective").resolved(2)
     cpu, gpu = predict(TINY, s, plan, 2, 0)["memory"], predict(TINY, s, plan, 2, 0, backend="nccl")["memory"]
-    assert cpu["reserved"] == cpu["allocated"] and cpu["allocated"] == gpu["allocated"]
+    assert cpu["reserved"] == cpu["allocated"] and cpu["allocated"] == pytest.approx(gpu["allocated"], rel=1e-12)  # sums in another order
     assert gpu["reserved"] == pytest.approx(gpu["allocated"] * (1 + CUDA_RESERVE_FRAC))
     assert predict(TINY, DEFAULTS, plan, 2, 0)["activation_bytes"] > predict(TINY, s, plan, 2, 0)["activation_bytes"]
     # op-level SAC with TP is refused (its collectives would be recomputed); without TP it runs

@@ -42,6 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autoplace.profile import measure
+from autoplace.profile.swiglu import swiglu as _swiglu_op
 
 
 # ---- autograd functions with a controlled saved set --------------------------------------------
@@ -74,26 +75,7 @@ class RMSNorm(nn.Module):
         return _RMSNormFn.apply(x, self.weight, self.eps)
 
 
-class _SwiGLUFn(torch.autograd.Function):
-    """silu(gate) · up, saving only gate and up."""
-
-    @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
-
-    @staticmethod
-    def backward(ctx, go):
-        gate, up = ctx.saved_tensors
-        sig = torch.sigmoid(gate)
-        silu = gate * sig
-        d_up = go * silu
-        d_gate = go * up * sig * (1 + gate * (1 - sig))
-        return d_gate, d_up
-
-
-def swiglu(gate, up):
-    return _SwiGLUFn.apply(gate, up)
+swiglu = _swiglu_op    # (autoplace.profile.swiglu: shared with the MoE experts)
 
 
 class _RoPEFn(torch.autograd.Function):

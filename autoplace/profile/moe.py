@@ -214,7 +214,7 @@ class MoE(nn.Module):
 
 
 def _swiglu(gate, up):
-    from autoplace.profile.model import swiglu
+    from autoplace.profile.swiglu import swiglu
     return swiglu(gate, up)
 
 
