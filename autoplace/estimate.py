@@ -103,8 +103,7 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         st["device"] = st["total"]
     outside = M.overhead_parts(ctx, hw, plan)
     # offloaded states per rank against the node's host memory (M.host_fits: first and last stage)
-    host = max(_f(M.host_state_bytes(ctx, plan, 0)), _f(M.host_state_bytes(ctx, plan, pp - 1))) \
-        if plan.off else 0.0
+    host = _f(M.host_need(ctx, plan)) if plan.off else 0.0
     host_lim = M.host_limit(hw, world)
     doc["memory"] = {
         "per_stage": stages,
@@ -115,7 +114,7 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "outside_allocator": {f"{k}_bytes": _f(v) for k, v in outside.items()},
         "binding_stage": max(stages, key=lambda s: s["total"])["stage"],
         "limit_bytes": _f(limit),
-        "fits": bool(peak <= limit and host <= host_lim if host_lim > 0 else peak <= limit),
+        "fits": bool(peak <= limit and M.host_fits(ctx, hw, plan)),
         "host_bytes": host,
         "host_limit_bytes": host_lim,
         "activation_bytes_per_layer": _f(M.activation_bytes_per_layer(ctx, plan)),

@@ -74,12 +74,13 @@ def register(app: typer.Typer) -> None:
         if not doc["legal"]:
             raise typer.Exit(EXIT_ILLEGAL)
         if not doc["memory"]["fits"] and not doc["training"]["states_only"]:   # --states-only: accounting
+            from autoplace.cost.memory import HOST_USABLE
             mem = doc["memory"]
             if not as_json and mem.get("host_limit_bytes") and mem.get("host_bytes", 0) > mem["host_limit_bytes"] \
                     and mem["peak_bytes"] <= mem["limit_bytes"]:
                 typer.echo(f"error: the plan does not fit host memory: {mem['host_bytes'] / 2**30:.2f} GiB offloaded "
                            f"per GPU > {mem['host_limit_bytes'] / 2**30:.2f} GiB (the node's host memory × "
-                           "0.85 / its ranks); offload less or use more GPUs", err=True)
+                           f"{HOST_USABLE} / its ranks); offload less or use more GPUs", err=True)
             elif not as_json:
                 typer.echo(f"error: the plan does not fit: peak {doc['memory']['peak_bytes'] / 2**30:.2f} GiB on stage "
                            f"{doc['memory']['binding_stage']} > limit {doc['memory']['limit_bytes'] / 2**30:.2f} GiB",

@@ -198,9 +198,14 @@ def host_fits(ctx, hw, p):
     lim = host_limit(hw, ctx.world)
     if lim <= 0 or (np.ndim(off) == 0 and off == 0):
         return np.ones(np.shape(off), bool) if np.ndim(off) else True
+    return (off == 0) | (host_need(ctx, p) <= lim)
+
+
+def host_need(ctx, p):
+    """Host bytes per rank the plan offloads: the larger of the first and last stage's
+    `host_state_bytes` (the stages holding the embedding and the output layer)."""
     pp = _w(p.pp)
-    need = np.maximum(host_state_bytes(ctx, p, 0), host_state_bytes(ctx, p, pp - 1))
-    return (off == 0) | (need <= lim)
+    return np.maximum(host_state_bytes(ctx, p, 0), host_state_bytes(ctx, p, pp - 1))
 
 
 def _state_bytes(ctx, p, i):

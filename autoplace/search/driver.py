@@ -364,7 +364,7 @@ def no_fit_message(ctx, hw, plan, headroom: float, stats: dict) -> str:
     stages = [M.stage_memory(ctx, hw, plan, i) for i in range(plan.pp)]
     tot = [float(np.asarray(s["total"])) for s in stages]
     i = int(np.argmax(tot))
-    host, hlim = float(np.max(M.host_state_bytes(ctx, plan, i))), float(M.host_limit(hw, ctx.world))
+    host, hlim = float(np.max(M.host_need(ctx, plan))), float(M.host_limit(hw, ctx.world))
     if tot[i] <= limit and hlim > 0 and host > hlim:
         return (f"{head} and its host memory; closest: {plan.short()} — fits the GPU ({tot[i] / GIB:.2f} GiB) "
                 f"but offloads {host / GIB:.2f} GiB per GPU to host memory, over the {hlim / GIB:.2f} GiB share "
