@@ -380,3 +380,22 @@ def test_grad_accum_bytes_by_runtime():
     assert _f(a["b"] - b["b"]) == pytest.approx(extra, rel=1e-9)
     assert _f(a["compute"] - b["compute"]) == pytest.approx(extra, rel=1e-9)
     assert _f(a["f"]) == _f(b["f"])
+
+
+@pytest.mark.parametrize("flag,tag", [("--use-transformer-engine-op-fuser", "core_v0.18.0\ntouch PWNED"),
+                                      ("--x; touch PWNED", "core_v0.18.0"),
+                                      ("--use-transformer-engine-op-fuser", "main")])
+def test_flags_since_reaches_generated_files_only_as_a_flag_and_a_release_tag(flag, tag):
+    """supports.flags_since is written into megatron_args.txt and the launch script's header: a
+    value that is not a flag and a release tag is refused in one line where the file is read (it
+    once reached the version comparison as a traceback)."""
+    from pathlib import Path
+
+    import tomllib
+
+    from autoplace.errors import InputError
+    raw = tomllib.loads((Path(__file__).resolve().parents[1] / "autoplace/runtimes/megatron-core.toml").read_text())
+    raw["supports"]["flags_since"] = {flag: tag}
+    with pytest.raises(InputError) as e:
+        runtime_from_dict(raw, "evil.toml")
+    assert "flags_since" in str(e.value) and "\n" not in str(e.value)

@@ -46,6 +46,14 @@ _NUMBER_DOMAINS = {   # field → (low, high, low exclusive); the rest: 0 ≤ x 
 }
 
 
+# tables whose keys and values reach generated files: (key pattern, value pattern, what they must be)
+_TABLE_PATTERNS = {
+    "flags_since": (r"--[a-z0-9][a-z0-9-]*", r"core_v\d+(\.\d+){1,3}",
+                    'a launcher flag and a Megatron-LM release tag, e.g. "--use-transformer-engine-op-fuser" = '
+                    '"core_v0.18.0"'),
+}
+
+
 def _coerce(src: str, section: str, f, val):
     """A TOML value for dataclass field `f` (lists → tuples; ints accepted for floats)."""
     default = f.default if f.default is not MISSING else None
@@ -57,6 +65,14 @@ def _coerce(src: str, section: str, f, val):
     if isinstance(default, tuple) and isinstance(val, dict):     # a table → ((key, text), ...)
         if not all(isinstance(v, str) for v in val.values()):
             raise InputError(f"{where} must be a table of strings, got {val!r}")
+        pat = _TABLE_PATTERNS.get(f.name)
+        if pat is not None:
+            import re
+            for k, v in val.items():
+                if not (re.fullmatch(pat[0], str(k)) and re.fullmatch(pat[1], v)):
+                    from autoplace import safe
+                    raise InputError(f"{where}: {safe.one_line(repr(k), 60)} = {safe.one_line(repr(v), 60)} "
+                                     f"is not {pat[2]}")
         return tuple((str(k), v) for k, v in val.items())
     if isinstance(default, tuple):
         if not isinstance(val, list):
