@@ -90,8 +90,8 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     kernels: the attention GEMMs, the router GEMM, the grouped expert GEMMs as one cuBLAS launch per
     local expert (2 × 16), one cuDNN attention kernel and the runtime's 8 memory-bound passes; the
     backward twice the GEMMs and the attention, the memory-bound passes + 2. A GEMM module call costs
-    the runtime's 13.5 µs each way, every other op 10 µs forward and 4 µs backward, plus 40
-    router/dispatcher ops each way; the dropless dispatcher syncs once per forward (30 µs), a capacity
+    the runtime's 13.5 µs each way, every other op 13.5 µs forward and 4 µs backward, plus 61
+    router/dispatcher ops each way (the fused router's 31 kernels, the all-to-all dispatcher's 30); the dropless dispatcher syncs once per forward (30 µs), a capacity
     factor or full-iteration graphs do not; a Grace host (GB200) issues them 2.75× slower."""
     from autoplace.cost import host as HO
     from autoplace.runtimes.switches import apply_settings
@@ -106,18 +106,18 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     g = n_attn + 1 + 2                               # GEMM module calls: attention, router, two grouped experts
     assert float(lt["gemm_ops"]) == g
     h_f, h_b, sync, ser = HO.layer_host_times(ctx, hw, lt)
-    assert float(h_f) == pytest.approx((kern_f - g + 40) * 10e-6 + g * 13.5e-6, rel=1e-12)
-    assert float(h_b) == pytest.approx((kern_b - g + 40) * 4e-6 + g * 13.5e-6, rel=1e-12)
+    assert float(h_f) == pytest.approx((kern_f - g + 61) * 13.5e-6 + g * 13.5e-6, rel=1e-12)
+    assert float(h_b) == pytest.approx((kern_b - g + 61) * 4e-6 + g * 13.5e-6, rel=1e-12)
     assert sync == pytest.approx(30e-6)
     # the synced forward serialised, per op class max(0, n·h − d): the 16 local experts' 32 launches
-    # (two grouped-GEMM modules at 13.5 µs, 30 further launches at 10 µs) against the experts' GEMMs;
-    # the dispatcher's 40 bookkeeping ops (no device time); the other GEMM modules; the attention
+    # (two grouped-GEMM modules and 30 further launches, 13.5 µs each) against the experts' GEMMs;
+    # the dispatcher's 61 bookkeeping ops (no device time); the other GEMM modules; the attention
     # kernel; the 8 memory-bound passes
     ge = float(lt["gemm_exp_f"])
-    by_hand = (max(0.0, 2 * 13.5e-6 + 30 * 10e-6 - ge) + 40 * 10e-6
+    by_hand = (max(0.0, 2 * 13.5e-6 + 30 * 13.5e-6 - ge) + 61 * 13.5e-6
                + max(0.0, (n_attn + 1) * 13.5e-6 - (float(lt["gemm_f"]) - ge))
-               + max(0.0, 10e-6 - float(lt["attn_f"])) + max(0.0, 8 * 10e-6 - float(lt["elem_f"])))
-    assert float(ser) == pytest.approx(by_hand, rel=1e-12) and float(ser) >= 40 * 10e-6 * (1 - 1e-9)
+               + max(0.0, 13.5e-6 - float(lt["attn_f"])) + max(0.0, 8 * 13.5e-6 - float(lt["elem_f"])))
+    assert float(ser) == pytest.approx(by_hand, rel=1e-12) and float(ser) >= 61 * 13.5e-6 * (1 - 1e-9)
     gh = HO.layer_host_times(ctx, load_hardware("gb200-nvl72"), lt)
     assert float(gh[0]) == pytest.approx(2.75 * float(h_f), rel=1e-12)
     # a capacity factor makes the dispatch sync-free; full-iteration CUDA graphs leave no host ops
@@ -125,6 +125,34 @@ def test_host_ops_of_one_moe_layer_and_its_dropless_sync_by_hand():
     rt = apply_settings(load_runtime("megatron-core"), ["cuda_graphs=full_iteration"])
     g = HO.layer_host_times(Ctx(m, ctx.train.with_(runtime=rt), 8), hw, lt)
     assert (float(g[0]), float(g[1]), g[2], g[3]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_quantization_launches_and_fused_dispatcher_ops_by_hand():
+    """FP8/FP4 GEMMs quantize every GEMM input (forward) and output gradient (backward); TE's current
+    scaling launches three kernels per tensor (amax, scale, cast: Float8CurrentScalingQuantizer::
+    quantize_impl), MXFP8 one; the grouped experts quantize per local expert (split_quantize). Qwen3-
+    30B-A3B at ep 8: the attention modules + 2 × 16 expert inputs, the router stays BF16. A DeepEP /
+    HybridEP dispatcher issues 21 router + dispatch ops where the all-to-all dispatcher issues 61."""
+    from autoplace.cost import host as HO
+    from autoplace.runtimes.switches import apply_settings
+    m = get_preset("qwen3-30b-a3b")
+    p = parse_plan("ep=8,mbs=1").resolved(8)
+    base = TrainingSpec(seq_len=4096, global_batch=64)
+    h100, b200 = load_hardware("h100-sxm-80gb"), load_hardware("b200-180gb")
+    lt16 = K.layer_compute_times(Ctx(m, base, 8), h100, p)
+    n_q = len(m.attn_linears()) + 2 * 16
+    for hw, recipe, per in ((h100, "current", 3), (h100, "delayed", 1), (b200, "mxfp8", 1)):
+        t = base.with_(precision="fp8", fp8_recipe=recipe)
+        lt = K.layer_compute_times(Ctx(m, t, 8), hw, p)
+        lt_b = K.layer_compute_times(Ctx(m, base, 8), hw, p)
+        assert float(lt["kern_f"]) - float(lt_b["kern_f"]) == per * n_q
+        assert float(lt["kern_b"]) - float(lt_b["kern_b"]) == per * n_q
+        assert float(lt["kern_exp_f"]) - float(lt_b["kern_exp_f"]) == per * 2 * 16
+    ctx = Ctx(m, base, 8)
+    h_f = float(HO.layer_host_times(ctx, h100, lt16)[0])
+    rt = apply_settings(load_runtime("megatron-core"), ["moe_dispatch=hybridep"])
+    h_flex = float(HO.layer_host_times(Ctx(m, base.with_(runtime=rt), 8), h100, lt16)[0])
+    assert h_f - h_flex == pytest.approx((61 - 21) * 13.5e-6, rel=1e-12)
 
 
 def test_host_composition_sync_serialises_the_layer():
@@ -286,19 +314,19 @@ def test_capacity_factor_from_the_record_and_the_cli_makes_the_dispatch_sync_fre
 
 def test_fixed_per_step_host_cost_per_runtime_by_hand():
     """The step's fixed host work (`[host]` step_ops · fwd_op_us + step_syncs · sync_us):
-    Megatron-Core 100 ops × 10 µs + 2 syncs (the interval-time timer's barrier + synchronize, the
-    gradient norm's .item()) × 30 µs = 1.06 ms; torchtitan syncs only on its log step (one in
-    log_freq = 10): 5 × 10 + 0.1 × 30 = 53 µs; DeepSpeed 100 × 10 + 3 × 30 = 1.09 ms. A Grace host
-    (GB200, host_op_factor 2.75) takes 2.75 × 1.06 = 2.915 ms. The GPU profiles add nothing of their
+    Megatron-Core 100 ops × 13.5 µs + 2 syncs (the interval-time timer's barrier + synchronize, the
+    gradient norm's .item()) × 30 µs = 1.41 ms; torchtitan syncs only on its log step (one in
+    log_freq = 10): 5 × 13.5 + 0.1 × 30 = 70.5 µs; DeepSpeed 100 × 13.5 + 3 × 30 = 1.44 ms. A Grace
+    host (GB200, host_op_factor 2.75) takes 2.75 × 1.41 = 3.8775 ms. The GPU profiles add nothing of their
     own (step_overhead_ms 0: what a calibration finds on a machine), and the term is the step's
     `overhead` line."""
     from autoplace.cost import step as S
     h100, gb200 = load_hardware("h100-sxm-80gb"), load_hardware("gb200-nvl72")
     assert h100.step_overhead_s == 0.0 and gb200.host_op_factor == 2.75
-    assert S.step_host_time(load_runtime("megatron-core"), h100) == pytest.approx(1.06e-3, rel=1e-12)
-    assert S.step_host_time(load_runtime("torchtitan"), h100) == pytest.approx(53e-6, rel=1e-12)
-    assert S.step_host_time(load_runtime("deepspeed"), h100) == pytest.approx(1.09e-3, rel=1e-12)
-    assert S.step_host_time(load_runtime("megatron-core"), gb200) == pytest.approx(2.915e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("megatron-core"), h100) == pytest.approx(1.41e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("torchtitan"), h100) == pytest.approx(70.5e-6, rel=1e-12)
+    assert S.step_host_time(load_runtime("deepspeed"), h100) == pytest.approx(1.44e-3, rel=1e-12)
+    assert S.step_host_time(load_runtime("megatron-core"), gb200) == pytest.approx(3.8775e-3, rel=1e-12)
     ctx = Ctx(get_preset("llama3-8b"), TrainingSpec(seq_len=2048, global_batch=8), 8)
     ev = S.evaluate(ctx, h100, parse_plan("mbs=1").resolved(8))
     assert float(ev["overhead"]) == pytest.approx(S.step_host_time(ctx.train.rt, h100), rel=1e-12)

@@ -350,14 +350,27 @@ def layer_compute_times(ctx, hw, p):
     rope = rope_p * T * rot * bA if m.position == "rope" else 0.0
     qb = fmt.quant_bytes(bA) * (1 - share16)
     quant_f, quant_b = T * q_in * qb, T * q_out * qb
+    # quantization launches: per quantized GEMM input (forward) and output gradient (backward), the
+    # recipe's kernels each (Recipe.quant_kernels); the routed experts quantize per local expert
+    # where the grouped GEMM loops over them (TE GroupedLinear split_quantize)
+    qk = (fmt.recipe.quant_kernels * (1 - share16)) if fmt.recipe else 0.0
+    n_mod = float(len(names)) + (1 - fm) * 2.0 + fm * (2.0 if m.shared_expert_ffn_hidden else 0.0)
+    n_q_exp = _w(0.0)
+    if fm > 0:
+        per = np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 1.0, m.num_experts / _w(p.ep)) \
+            if (kern.moe_grouped_gemm and kern.moe_grouped_gemm_per_expert) else \
+            (1.0 if kern.moe_grouped_gemm else m.num_experts / _w(p.ep))
+        n_q_exp = fm * 2.0 * _w(per)
+    quant_k = qk * (n_mod + n_q_exp)
+    quant_k_exp = qk * n_q_exp
     n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
     if unfused_rope:
         n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
     mla_ef, mla_eb, mla_kf, mla_kb = mla_assembly_elements(m, kern, tp)
     mla_f, mla_b = T * mla_ef * bA, T * mla_eb * bA
-    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f + mla_f, n_k + eager_kf + mla_kf)
+    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f + mla_f, n_k + eager_kf + mla_kf + quant_k)
     elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b + mla_b,
-                           n_k + 2 + eager_kb + mla_kb)
+                           n_k + 2 + eager_kb + mla_kb + quant_k)
     if kern.cuda_graphs and not kern.cuda_graph_experts:
         # per-layer graphs leave a dropless MoE's routed experts eager: their launches keep the full
         # per-kernel overhead (runtimes.spec.Kernels.cuda_graph_experts)
@@ -366,8 +379,8 @@ def layer_compute_times(ctx, hw, p):
     # kernels issued per layer (host ops): GEMMs, the attention kernel(s), memory-bound passes, the
     # experts' eager work; the routed experts' share stays eager under per-layer CUDA graphs
     attn_k = 1.0 if t.attention == "flash" else 4.0
-    kern_f = n_gemm + n_exp_ops + attn_k + n_k + eager_kf + mla_kf
-    kern_b = 2.0 * (n_gemm + n_exp_ops) + 2.0 * attn_k + n_k + 2 + eager_kb + mla_kb
+    kern_f = n_gemm + n_exp_ops + attn_k + n_k + eager_kf + mla_kf + quant_k
+    kern_b = 2.0 * (n_gemm + n_exp_ops) + 2.0 * attn_k + n_k + 2 + eager_kb + mla_kb + quant_k
     # forwards Megatron-Core's --recompute-modules re-run: the two pre-norms (layernorm), the expert
     # activation (moe_act), the dense layers' MLP GEMMs and activation (mlp)
     ln_f = membound_time(hw, T * h * 2 * norm_passes * bA / t_sp, 2)
@@ -377,9 +390,9 @@ def layer_compute_times(ctx, hw, p):
             "elem_b": elem_b, "attn_elem_f": attn_elem_f, "attn_elem_b": attn_elem_b, "flops_f": flops,
             "mm_rc": mm_rc, "up_f": up_f, "ln_f": ln_f, "moe_act_f": moe_act_f, "mlp_f": mlp_f,
             "quant": membound_time(hw, quant_f + quant_b, 0),
-            "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf, "kern_exp_b": 2.0 * n_exp_ops + eager_kb,
+            "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf + quant_k_exp, "kern_exp_b": 2.0 * n_exp_ops + eager_kb + quant_k_exp,
             "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0), "gemm_exp_f": gexp_f,
-            "attn_k": _w(attn_k), "elem_k_f": n_k + mla_kf}
+            "attn_k": _w(attn_k), "elem_k_f": n_k + mla_kf + quant_k - quant_k_exp}
 
 
 def mla_assembly_elements(m, kern, tp=1.0):

@@ -6,7 +6,7 @@ Per layer and micro-batch, one rank (numpy-broadcastable):
 
 ops the kernels one layer issues (`compute.layer_compute_times`: kern_f / kern_b), g of them GEMM
 module calls (gemm_ops; a module's backward runs its dgrad and wgrad), ops_moe the router and dispatcher bookkeeping
-of a MoE layer (runtime `[host] moe_ops`), c_f / c_b the runtime's host time per forward / backward
+of a MoE layer (runtime `[host] moe_ops`, `flex_moe_ops` under a DeepEP / HybridEP dispatcher), c_f / c_b the runtime's host time per forward / backward
 op and c_gemm / c_gemm_b per GEMM module (`[host] fwd_op_us`, `bwd_op_us`, `gemm_op_us`,
 `gemm_bwd_op_us`), x the host CPU class (`hw.host_op_factor`: Grace runs PyTorch's op path ~2.5×
 slower than a Xeon 8480C, TransformerEngine issue #2053). CUDA graphs collapse the ops they capture into one replay: per-layer graphs
@@ -52,8 +52,9 @@ def layer_host_times(ctx, hw, lt):
     x = float(getattr(hw, "host_op_factor", 1.0))
     cf, cb = H.fwd_op_us * 1e-6 * x, H.bwd_op_us * 1e-6 * x
     fm = (m.n_moe_layers / m.layers) if m.is_moe else 0.0
-    # per-expert grouped GEMMs: each expert launch costs expert_gemm_ops host ops (+ FP8 quantize)
-    per_exp = H.expert_gemm_ops if (kern.moe_grouped_gemm_per_expert and t.precision in ("fp8", "fp4")) else 1.0
+    # per-expert grouped GEMMs: each expert launch costs expert_gemm_ops host ops (the FP8/FP4
+    # quantization launches are counted per recipe in the kernels: compute `quant_k`)
+    per_exp = H.expert_gemm_ops if kern.moe_grouped_gemm_per_expert else 1.0
     exp_f, exp_b = _w(lt["kern_exp_f"]) * per_exp, _w(lt["kern_exp_b"]) * per_exp
     ops_f = _w(lt["kern_f"]) - _w(lt["kern_exp_f"]) + exp_f
     ops_b = _w(lt["kern_b"]) - _w(lt["kern_exp_b"]) + exp_b
@@ -61,7 +62,8 @@ def layer_host_times(ctx, hw, lt):
     g = _w(lt["gemm_ops"])
     gf = (H.gemm_op_us * 1e-6 * x - cf) if H.gemm_op_us else 0.0
     gb = (H.gemm_bwd_op_us * 1e-6 * x - cb) if H.gemm_bwd_op_us else 0.0
-    moe = fm * H.moe_ops
+    flex = kern.moe_dispatch in ("deepep", "hybridep")
+    moe = fm * ((H.flex_moe_ops or H.moe_ops) if flex else H.moe_ops)
     full_graph = kern.cuda_graphs and kern.cuda_graph_experts
     if full_graph:
         return _w(0.0) * ops_f, _w(0.0) * ops_b, 0.0, 0.0
@@ -71,8 +73,11 @@ def layer_host_times(ctx, hw, lt):
     # the serialised forward's op classes (n·h host, d device): experts, bookkeeping, then the rest
     cls = [(exp_f * cf + ge * gf, _w(lt.get("gemm_exp_f", 0.0))), (moe * cf, 0.0)]
     if kern.cuda_graphs:
-        # per-layer graphs: the captured part is one replay; the experts (their two grouped-GEMM
-        # modules) and the dispatcher stay eager
+        # per-layer graphs: the captured part (attention, router, preprocess) is one replay; the
+        # experts (their two grouped-GEMM modules) and the token dispatch stay eager
+        d_ops = (H.flex_dispatch_ops or H.dispatch_ops) if flex else H.dispatch_ops
+        moe = fm * d_ops if d_ops else moe
+        cls[1] = (moe * cf, 0.0)
         cls.append((cf, _w(lt["gemm_f"]) - _w(lt.get("gemm_exp_f", 0.0)) + _w(lt["attn_f"]) + _w(lt["elem_f"])))
         h_f, h_b = (1.0 + exp_f + moe) * cf + ge * gf, (1.0 + exp_b + moe) * cb + ge * gb
     else:

@@ -44,6 +44,12 @@ class Recipe:
     weight_cache: float
     """Bytes per parameter of quantized weight copies kept from forward to backward (when the
     runtime keeps them): copies × (operand + scale) bytes."""
+    quant_kernels: float = 1.0
+    """Kernels launched per quantized tensor: one fused cast (delayed scaling keeps its amax history;
+    block recipes compute their scales in the cast); FP8 current scaling runs three — the amax
+    reduction, the scale from it, the cast (TE `Float8CurrentScalingQuantizer::quantize_impl`:
+    nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2); NVFP4 adds its global amax
+    pass and the Hadamard transform to the cast."""
     transform_passes: float = 0.0
     """Extra read + write passes (at the activation width) over each quantized tensor before the
     cast: NVFP4's 16-point random Hadamard transform of the wgrad operands (1 pass, read + write)."""
@@ -62,13 +68,13 @@ def _te(name, gemm_dtype, operand, scale, amax, copies, **kw) -> Recipe:
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _te("delayed", "fp8", 1.0, 0.0, 0, 2,
         description="TE DelayedScaling: per-tensor scale from an amax history, amax fused into the cast"),
-    _te("current", "fp8", 1.0, 0.0, 1, 2,
+    _te("current", "fp8", 1.0, 0.0, 1, 2, quant_kernels=3.0,
         description="TE Float8CurrentScaling (FP8-CS): per-tensor scale from this step's amax (one extra read)"),
     _te("blockwise", "fp8", 1.0, 4.0 / 128, 0, 2,
         description="TE Float8BlockScaling: 1×128 activation / 128×128 weight blocks (DeepSeek-V3 style)"),
     _te("mxfp8", "fp8", 1.0, 1.0 / 32, 0, 2, min_arch="blackwell",
         description="TE MXFP8BlockScaling: E8M0 scale per 32 elements, row- and column-wise copies"),
-    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 1, 2, min_arch="blackwell", transform_passes=1.0,
+    _te("nvfp4", "fp4", 0.5, 1.0 / 16, 1, 2, min_arch="blackwell", transform_passes=1.0, quant_kernels=3.0,
         description="TE NVFP4BlockScaling: E4M3 scale per 16 elements under a per-tensor FP32 scale (its amax "
                     "is a pass of its own), 2-D weight "
                     "scaling, random Hadamard transforms on the wgrad inputs; fprop, dgrad and wgrad in FP4 "

@@ -415,6 +415,16 @@ class Host:
     """Ops of one MoE layer's router and token dispatcher per forward beyond its GEMMs and the
     memory-bound passes the kernels count (top-k, histogram, index and split bookkeeping, the
     collectives' calls, un-permute); the backward issues as many."""
+    flex_moe_ops: float = 0.0
+    """`moe_ops` under a fused dispatcher (`kernels.moe_dispatch` deepep / hybridep), whose one
+    preprocess kernel replaces the all-to-all dispatcher's count, split and permute bookkeeping;
+    0 → moe_ops."""
+    dispatch_ops: float = 0.0
+    """Of `moe_ops`, the token dispatch proper — permutation, the all-to-all calls, the local sort
+    and the combine: what per-layer CUDA graphs (scope attn, moe_router, moe_preprocess) leave eager;
+    0 → moe_ops."""
+    flex_dispatch_ops: float = 0.0
+    """`dispatch_ops` under a DeepEP / HybridEP dispatcher; 0 → dispatch_ops."""
     expert_gemm_ops: float = 1.0
     """Host ops per local expert per expert GEMM when the grouped GEMM loops over the experts
     (`kernels.moe_grouped_gemm_per_expert`): the GEMM, plus its input quantization under FP8."""
