@@ -341,7 +341,7 @@ def layer_compute_times(ctx, hw, p):
         if kern.moe_grouped_gemm and kern.moe_grouped_gemm_per_expert:
             # one launch per local expert for each expert GEMM (2 forward, 4 backward) beyond the
             # one the batched GEMM time already holds; none under TE's op fuser
-            extra = np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 0.0, m.num_experts / _w(p.ep) - 1.0)
+            extra = expert_launches(m, kern, p) - 1.0
             eager_kf, eager_kb = eager_kf + fm * 2.0 * extra, eager_kb + fm * 4.0 * extra
     rot = (m.heads * m.qk_rope_head_dim + m.qk_rope_head_dim) / tp if m.mla else \
         (m.q_width / tp + np.maximum(m.a_kv / tp, 1.0) * m.d_head)
@@ -357,10 +357,7 @@ def layer_compute_times(ctx, hw, p):
     n_mod = float(len(names)) + (1 - fm) * 2.0 + fm * (2.0 if m.shared_expert_ffn_hidden else 0.0)
     n_q_exp = _w(0.0)
     if fm > 0:
-        per = np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 1.0, m.num_experts / _w(p.ep)) \
-            if (kern.moe_grouped_gemm and kern.moe_grouped_gemm_per_expert) else \
-            (1.0 if kern.moe_grouped_gemm else m.num_experts / _w(p.ep))
-        n_q_exp = fm * 2.0 * _w(per)
+        n_q_exp = fm * 2.0 * expert_launches(m, kern, p)
     quant_k = qk * (n_mod + n_q_exp)
     quant_k_exp = qk * n_q_exp
     n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
@@ -393,6 +390,19 @@ def layer_compute_times(ctx, hw, p):
             "kern_f": kern_f, "kern_b": kern_b, "gemm_ops": n_gemm + n_exp_ops, "kern_exp_f": n_exp_ops + eager_kf + quant_k_exp, "kern_exp_b": 2.0 * n_exp_ops + eager_kb + quant_k_exp,
             "n_local": (m.num_experts / _w(p.ep)) if fm > 0 else _w(0.0), "gemm_exp_f": gexp_f,
             "attn_k": _w(attn_k), "elem_k_f": n_k + mla_kf + quant_k - quant_k_exp}
+
+
+def expert_launches(m, kern, p):
+    """Launches per expert GEMM module (and per quantized expert input) on one rank: one for a
+    grouped GEMM kernel or TE's fused MLP op (without expert TP), one per local expert where the
+    grouped GEMM loops over them (TE GroupedLinear: `moe_grouped_gemm_per_expert`) or the experts
+    run as a loop of GEMMs."""
+    n_local = m.num_experts / _w(p.ep)
+    if kern.moe_grouped_gemm and not kern.moe_grouped_gemm_per_expert:
+        return _w(1.0) + 0.0 * n_local
+    if kern.moe_grouped_gemm:
+        return np.where(kern.moe_fused_mlp & (_w(p.t_exp) <= 1), 1.0, n_local)
+    return _w(n_local)
 
 
 def mla_assembly_elements(m, kern, tp=1.0):
@@ -441,7 +451,7 @@ def moe_eager_bytes(m, kern, bA, n_local, etp=1.0):
     # TE's op fuser takes over the expert MLP only with expert TP 1 (Megatron-Core falls back otherwise)
     fused = kern.moe_fused_mlp & (_w(etp) <= 1)
     if m.expert_bias and kern.moe_bias_eager:
-        pb = 4.0 if kern.moe_dispatch in ("deepep", "hybridep") else bA
+        pb = 4.0 if kern.fused_dispatch else bA
         cast = (pb + bA) if pb != bA else 0.0
         on = np.where(fused, 0.0, 1.0)
         bf = bf + on * k * m.hidden * (5.0 * pb + bA + cast)

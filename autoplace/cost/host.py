@@ -62,7 +62,7 @@ def layer_host_times(ctx, hw, lt):
     g = _w(lt["gemm_ops"])
     gf = (H.gemm_op_us * 1e-6 * x - cf) if H.gemm_op_us else 0.0
     gb = (H.gemm_bwd_op_us * 1e-6 * x - cb) if H.gemm_bwd_op_us else 0.0
-    flex = kern.moe_dispatch in ("deepep", "hybridep")
+    flex = kern.fused_dispatch
     moe = fm * ((H.flex_moe_ops or H.moe_ops) if flex else H.moe_ops)
     full_graph = kern.cuda_graphs and kern.cuda_graph_experts
     if full_graph:

@@ -161,6 +161,12 @@ class Kernels:
     fp8_attention: bool = False
     """The attention core runs in FP8 (cuDNN FP8 fused attention, TE fp8_dot_product_attention)."""
 
+    @property
+    def fused_dispatch(self) -> bool:
+        """A DeepEP / HybridEP (flex) dispatcher: the routing probabilities it hands the experts are
+        FP32, and its fused preprocess replaces the all-to-all dispatcher's bookkeeping ops."""
+        return self.moe_dispatch in ("deepep", "hybridep")
+
     def gemm_rate_on(self, arch: str) -> float:
         """`gemm_rate` on `arch` when it is one of `gemm_rate_archs`, else 1."""
         return self.gemm_rate if arch in self.gemm_rate_archs else 1.0
