@@ -83,18 +83,19 @@ def test_estimate_reports_allocated_reserved_device_and_flags_near_limit():
     from autoplace.report import render_estimate
     hw = load_hardware("h100-sxm-80gb")
     doc = estimate(get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64),
-                   parse_plan("tp=2,mbs=1"), 16)
+                   parse_plan("tp=2,zero=1,mbs=1"), 16)
     m = doc["memory"]
     out = m["outside_allocator"]
     st = m["per_stage"][m["binding_stage"]]
     assert st["device"] == pytest.approx(st["reserved"] + out["cuda_context_bytes"] + out["nccl_buffers_bytes"]
                                          + out["comm_other_bytes"], rel=1e-12)
     assert m["device_bytes"] == m["peak_bytes"] and m["allocated_bytes"] < m["reserved_bytes"] < m["device_bytes"]
-    # near the limit: a headroom that puts the limit between the point and the 90 % upper bound
+    # 35 GiB of 79: not near the limit (its 90 % upper bound, 52 GiB, fits); then a headroom that puts
+    # the limit between the point and the 90 % upper bound
     lim = m["device_bytes"] * 1.001
     assert m["interval"]["90"]["hi"] > lim                            # memory residuals are ≥ 0.03 %
     near = estimate(get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64),
-                    parse_plan("tp=2,mbs=1"), 16, headroom=1 - lim / hw.memory_bytes)
+                    parse_plan("tp=2,zero=1,mbs=1"), 16, headroom=1 - lim / hw.memory_bytes)
     assert near["memory"]["fits"] and near["memory"]["near_limit"] and m["near_limit"] is False
     buf = io.StringIO()
     render_estimate(near, Console(file=buf, width=300))
@@ -112,7 +113,7 @@ def test_search_table_marks_a_plan_near_the_limit():
     from autoplace.cli.search import render
     from autoplace.estimate import estimate
     hw = load_hardware("h100-sxm-80gb")
-    args = (get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64), parse_plan("tp=2,mbs=1"), 16)
+    args = (get_preset("llama3-8b"), hw, TrainingSpec(seq_len=4096, global_batch=64), parse_plan("tp=2,zero=1,mbs=1"), 16)
     lim = estimate(*args)["memory"]["device_bytes"] * 1.001
     docs = [estimate(*args, headroom=1 - lim / hw.memory_bytes), estimate(*args)]
     assert docs[0]["memory"]["near_limit"] and not docs[1]["memory"]["near_limit"]

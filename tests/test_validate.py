@@ -799,3 +799,26 @@ def test_unseen_nemo_rows_are_entered_right_and_all_predicted():
         assert abs(meas["tflops_per_gpu"] * 1e12 / meas["tokens_per_sec_per_gpu"] / per_tok - 1) < tol, r["id"]
         checked += 1
     assert checked == 18
+
+
+def test_unseen_torchtitan_rows_map_their_stated_plans():
+    """The torchtitan benchmark tables (Dec 2024, Tables 1–6) and the Trainy H200 report, hand-entered
+    with their memory: every row is predicted; the table titles pick eager vs compile; the
+    `enable_async_tensor_parallel` knob (and only it) turns on async TP; the 405B rows keep torchtitan's
+    PP defaults as entered (8 micro-batches, 2 stages per rank when looped); each Memory(GiB) is
+    compared with the predicted reserved peak."""
+    recs = [r for r in load_records(UNSEEN) if r["id"].startswith(("torchtitan-", "trainy-"))]
+    assert len(recs) == 20
+    results, _ = run(recs)
+    by = {r.id: r for r in results}
+    assert all(r.skipped is None and r.primary() is not None for r in results)
+    assert by["torchtitan-8b-128gpu-fsdp"].mapping["runtime"] == "torchtitan"
+    assert by["torchtitan-8b-128gpu-fsdp-compile"].mapping["runtime"] == "torchtitan-compile"
+    assert by["trainy-h200-8b-32gpu"].mapping["runtime"] == "torchtitan-compile"
+    assert "tp_overlap" in by["torchtitan-70b-256gpu-2d-asynctp"].mapping["plan"]
+    assert "tp_overlap" not in by["torchtitan-70b-256gpu-2d"].mapping["plan"]
+    assert "vpp=2" in by["torchtitan-405b-512gpu-3d-interleaved"].mapping["plan"]
+    assert "mbs=4" in by["torchtitan-405b-512gpu-3d-1f1b"].mapping["plan"]
+    for r in results:
+        mem = next(e for e in r.entries if e["metric"] == "peak_memory_gib")
+        assert mem["predicted"] == pytest.approx(r.mapping["reserved_gib"], rel=1e-4), r.id

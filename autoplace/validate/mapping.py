@@ -306,6 +306,10 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
     sp = bool(sp) and kw["tp"] > 1
     if rt.defaults.tp_overlap and sp:
         kw["tp_overlap"] = True
+    if knobs.get("enable_async_tensor_parallel") is True and sp and rt.supports.tp_overlap:
+        # torchtitan's parallelism.enable_async_tensor_parallel: the symmetric-memory collective matmul
+        kw["tp_overlap"] = True
+        assumptions.append("workload knob enable_async_tensor_parallel → tp_overlap (async TP)")
     pp = kw["pp"]
     layout = knobs.get("pp_layout")
     if layout and pp > 1:
