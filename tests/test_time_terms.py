@@ -656,3 +656,26 @@ def test_module_rules_name_what_the_model_lacks():
     ds = Ctx(get_preset("deepseek-v3"), TrainingSpec(seq_len=4096, global_batch=64), 64)
     assert not [v for v in check(ds, parse_plan("ep=64,recompute_modules=mlp+mla_up_proj").resolved(64))
                 if v.rule == "R2"]
+
+
+def test_causal_flash_rate_rises_with_the_keys_per_call(hw):
+    """Each query block of a causal flash kernel visits s/2B + ½ key blocks and does c =
+    ATTENTION_ROW_TILES blocks of fixed work: e(s) = (s/256)/(s/256 + 0.5 + 4.7), by hand e(4096) =
+    16/21.2 and e(32768) = 128/133.2; the profile rate holds at ATTENTION_RATE_SEQ = 5120, and ring
+    CP runs s/cp per call. So the forward attention time of a layer at 32k tokens is the causal work
+    ratio (32768/5120)² over the rate ratio e(32768)/e(5120), less the launch overhead."""
+    assert float(K.attention_seq_efficiency(4096)) == pytest.approx(16 / 21.2, rel=1e-12)
+    assert float(K.attention_seq_efficiency(32768)) == pytest.approx(128 / 133.2, rel=1e-12)
+    assert K.ATTENTION_RATE_SEQ == 5120
+    m = get_preset("llama3-8b")
+
+    def attn_f(seq, cp=1):
+        ctx = Ctx(m, TrainingSpec(seq_len=seq, global_batch=8), 8)
+        lt = K.layer_compute_times(ctx, hw, Plan(dp=8 // cp, cp=cp, mbs=1).resolved(8))
+        return float(lt["attn_f"]) - hw.kernel_overhead_s
+    e = K.attention_seq_efficiency
+    r = attn_f(32768) / attn_f(5120)
+    assert r == pytest.approx((32768 / 5120) ** 2 * float(e(5120) / e(32768)), rel=1e-9)
+    # CP 2 at 64k: each call sees 32k keys per query block, so the rate is the 32k rate and the
+    # rank's work (half the 64k queries against their causal keys) is 2× the 32k layer's
+    assert attn_f(65536, cp=2) / attn_f(32768) == pytest.approx(2.0, rel=1e-9)

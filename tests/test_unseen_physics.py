@@ -264,10 +264,10 @@ def test_split_conformal_interval_by_hand_and_in_the_estimate():
     items = [("A", -0.1), ("A", 0.0), ("A", 0.1), ("B", 0.3)]
     assert IV._weighted(items, 0.9) == (0.3, False)
     assert IV._weighted(items, 0.5) == (0.3, True) and IV._weighted(items, 0.3) == (0.1, True)
-    # a 40 % interval: upper = the 0.7 quantile (target 1.75 → 0.3); lower = −(0.7 quantile of −r),
-    # −r sorted −0.3 (weight 1), −0.1, 0, 0.1 (⅓ each): 1.75 reached at 0.1 → lower −0.1
-    lo, hi, _ = IV.bounds(items, 0.4)
-    assert hi == 0.3 and lo == -0.1
+    # symmetric: the level-quantile of |r|, sorted 0, 0.1, 0.1 (⅓ each), 0.3 (1). A 40 % interval:
+    # target 0.4·2.5 = 1.0, reached at the second 0.1 → [−0.1, 0.1]; 60 %: 1.5 → 0.3 → [−0.3, 0.3]
+    assert IV.bounds(items, 0.4) == (-0.1, 0.1, True)
+    assert IV.bounds(items, 0.6) == (-0.3, 0.3, True)
     # a shipped estimate carries its intervals around the point prediction, 90 % at least as wide as 80 %
     m = get_preset("llama3-8b")
     doc = estimate(m, load_hardware("h100-sxm-80gb"), TrainingSpec(seq_len=4096, global_batch=64),

@@ -5,9 +5,12 @@ ratio r = log(measured / predicted) of the published runs the model is validated
 (`benchmarks/intervals.py` computes the residuals and writes `intervals.json` next to this module;
 nothing is fitted at a CLI call). For a level 1 − α the interval on a prediction x of class c is
 
-    [x·e^{σ_c·z_lo}, x·e^{σ_c·z_hi}],   z = r / σ_class(r) over every residual of the kind,
+    [x·e^{−σ_c·q}, x·e^{σ_c·q}],   z = r / σ_class(r) over every residual of the kind,
 
-z_lo, z_hi = the weighted α/2 and 1 − α/2 conformal quantiles of the scores z (`_weighted`).
+q = the weighted 1 − α conformal quantile of the scores |z| (`_weighted`): the absolute-residual score
+of normalized split conformal (Lei et al. 2018 §5.2). Both tails share one quantile, so a tail with
+few residuals borrows the other's (fitted separately, the 90 % lower bound fell on the same residual
+as the 80 % one: the widest negative score, `exact: false`).
 
 - **Class** c = runtime × dense/MoE × hardware generation (`class_key`).
 - **Spread** σ_c (`spread`): the root mean square of r (its bias included) down a hierarchy
@@ -25,7 +28,8 @@ z_lo, z_hi = the weighted α/2 and 1 − α/2 conformal quantiles of the scores 
 
 `build(residuals, exclude_source)` is the whole method: the shipped interval is `build(all)` and
 the coverage `benchmarks/intervals.py` reports is `build(all but the scored run's source)` — the
-same code. A quantile q of step time (`search --confidence`) is x·e^{σ_c·z_q}.
+same code. A quantile p of step time (`search --confidence`) is x·e^{±σ_c·q}, q the |z| quantile at
+|2p − 1| (the upper end of the symmetric interval at level 2p − 1).
 """
 
 from __future__ import annotations
@@ -113,10 +117,8 @@ def _weighted(items: list, q: float) -> tuple[float, bool]:
 
 def bounds(items: list, level: float) -> tuple[float, float, bool]:
     """(lo, hi, exact) bounds of a two-sided interval at `level` over [(source, score), …]."""
-    a = 1.0 - level
-    hi, e1 = _weighted(items, 1.0 - a / 2.0)
-    lo, e2 = _weighted([(s, -r) for s, r in items], 1.0 - a / 2.0)
-    return -lo, hi, e1 and e2
+    q, exact = _weighted([(s, abs(r)) for s, r in items], level)
+    return -q, q, exact
 
 
 def build(residuals: dict, exclude_source: str = "") -> dict:
@@ -169,9 +171,11 @@ def interval(kind: str, runtime: str, moe: bool, arch: str, level: float = 0.8) 
 
 
 def quantile_factor(kind: str, runtime: str, moe: bool, arch: str, q: float) -> float:
-    """Factor on the prediction at quantile q of measured/predicted (1.0 without data)."""
+    """Factor on the prediction at quantile q of measured/predicted (1.0 without data): an end of the
+    symmetric interval at level |2q − 1|, the upper one for q > ½."""
     sh = _shipped(kind)
     if sh is None:
         return 1.0
     sigma, _ = spread(sh[0], class_key(runtime, moe, arch))
-    return math.exp(sigma * _weighted(sh[1]["scores"], q)[0])
+    z = _weighted([(s, abs(r)) for s, r in sh[1]["scores"]], abs(2.0 * q - 1.0))[0]
+    return math.exp(sigma * z if q >= 0.5 else -sigma * z)

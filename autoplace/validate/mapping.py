@@ -158,6 +158,12 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
         sets.append(("moe_dispatch", "hybridep" if disp == "hybridep" else "deepep"))
     if knobs.get("fp8_dot_product_attention") is True:
         sets.append(("fp8_attention", True))
+    if knobs.get("compile_loss") is False and rt.kernels.loss == "compiled" and rt.family != rt.name:
+        # the loss left out of torch.compile while the blocks are compiled (torchtitan e8977b007,
+        # Dec 2024 – Apr 2025): the loss kernel and its buffers of the family's eager runtime
+        eager = load_runtime(rt.family)
+        sets += [("kernels.loss", eager.kernels.loss), ("kernels.loss_passes", eager.kernels.loss_passes),
+                 ("memory.loss_bytes_per_logit", eager.memory.loss_bytes_per_logit)]
     if knobs.get("cutedsl_fused_grouped_mlp") is True or knobs.get("use_transformer_engine_op_fuser") is True:
         sets.append(("moe_fused_mlp", True))
     if re.search(r"flexattn|flex attention|flexattention", text):
