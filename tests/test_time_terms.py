@@ -679,3 +679,26 @@ def test_causal_flash_rate_rises_with_the_keys_per_call(hw):
     # CP 2 at 64k: each call sees 32k keys per query block, so the rate is the 32k rate and the
     # rank's work (half the 64k queries against their causal keys) is 2× the 32k layer's
     assert attn_f(65536, cp=2) / attn_f(32768) == pytest.approx(2.0, rel=1e-9)
+
+
+def test_tp_overlap_share_hides_that_share_of_the_tp_collectives(hw):
+    """comm.tp_overlap_share h: the overlapped TP collectives are exposed as (1 − h)·c + h·(max(c −
+    GEMM, 0) + c/8), so a stage's exposed TP time is linear in h between the collectives as issued
+    (h = 0: `tp_total`) and full hiding (h = 1, Transformer Engine userbuffers). torchtitan's async TP
+    ships h = 0.48 (its June 2025 async-TP benchmark); Megatron-Core keeps 1."""
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    assert load_runtime("torchtitan-compile").comm.tp_overlap_share == 0.48
+    assert load_runtime("megatron-core").comm.tp_overlap_share == 1.0
+    m = get_preset("llama3-8b")
+    p = Plan(dp=1, tp=8, sp=True, tp_overlap=True, mbs=2).resolved(8)
+
+    def tp(h):
+        rt = apply_settings(load_runtime("torchtitan-compile"), [("comm.tp_overlap_share", h)])
+        st = S.stage_times(Ctx(m, TrainingSpec(seq_len=4096, global_batch=2, runtime=rt), 8), hw, p)[0]["first"]
+        return float(st["tp"]), float(st["tp_total"])
+    t0, total = tp(0.0)
+    t1, _ = tp(1.0)
+    th, _ = tp(0.48)
+    assert t0 == pytest.approx(total, rel=1e-12) and t1 < 0.5 * t0
+    assert th == pytest.approx(0.52 * t0 + 0.48 * t1, rel=1e-12)

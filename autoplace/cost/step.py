@@ -85,11 +85,15 @@ def stage_times(ctx, hw, p):
     h_f, h_b, h_sync, h_ser = HO.layer_host_times(ctx, hw, lt)
     tp_f, tp_b, tp_rc, cp_f1, cp_b1, ep_f, ep_b, tp_b_ovl = _per_layer_comm(ctx, hw, p)
     overlap_tp = (_w(p.tp_overlap) > 0) & (_w(p.sp) > 0)
-    tp_f_exp = np.where(overlap_tp, np.maximum(tp_f - lt["gemm_f"], 0.0) + tp_f / 8.0, tp_f)
+    h = ctx.train.rt.comm.tp_overlap_share          # RuntimeSpec comm.tp_overlap_share
+
+    def hidden(c, gemm):      # the overlapped share h hides under the GEMMs but one of 8 chunks
+        return (1.0 - h) * c + h * (np.maximum(c - gemm, 0.0) + c / 8.0)
+    tp_f_exp = np.where(overlap_tp, hidden(tp_f, lt["gemm_f"]), tp_f)
     # backward: async input-gradient collectives hide behind the column-parallel wgrad GEMMs
     tp_b_async = np.where(_w(p.tp_async) > 0, (tp_b - tp_b_ovl) + np.maximum(tp_b_ovl - lt["wgrad_col"], 0.0), tp_b)
-    tp_b_exp = np.where(overlap_tp, np.maximum(tp_b - lt["gemm_b"], 0.0) + tp_b / 8.0, tp_b_async)
-    tp_rc_exp = np.where(overlap_tp, np.maximum(tp_rc - lt["gemm_f"], 0.0) + tp_rc / 8.0, tp_rc)
+    tp_b_exp = np.where(overlap_tp, hidden(tp_b, lt["gemm_b"]), tp_b_async)
+    tp_rc_exp = np.where(overlap_tp, hidden(tp_rc, lt["gemm_f"]), tp_rc)
     cp_f = np.maximum(cp_f1 - lt["attn_f"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
     cp_b = np.maximum(cp_b1 - lt["attn_b"], 0.0) + np.where(_w(p.cp) > 1, hw.intra_latency, 0.0)
     comp_f = lt["gemm_f"] + lt["attn_f"] + lt["elem_f"] + lt["attn_elem_f"]

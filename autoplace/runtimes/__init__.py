@@ -37,6 +37,7 @@ RUNTIMES = tuple(available_runtimes())
 
 _NUMBER_DOMAINS = {   # field → (low, high, low exclusive); the rest: 0 ≤ x ≤ 1e15 (floats), 0..2**40 (ints)
     "a2a_efficiency": (0.0, 10.0, True),
+    "tp_overlap_share": (0.0, 1.0, False),
     "gemm_rate": (0.0, 2.0, True),
     "reserve_frac": (0.0, 10.0, False),
     "micro_batch": (1, 1 << 30, False),

@@ -222,6 +222,10 @@ class CommBehaviour:
     (`_PipelineStageBase.perform_reduce_grad` → `_root_post_backward_final_callback`), so with
     pp > 1 the reduce-scatter does not hide under the backward layer by layer. False: the
     reductions are issued from per-module backward hooks (FSDP/ZeRO/Megatron DDP buckets)."""
+    tp_overlap_share: float = 1.0
+    """Share of the sequence-parallel TP collectives that the stack's TP/GEMM overlap (`tp_overlap`)
+    hides under the GEMMs: exposed = (1 − h)·c + h·(max(c − GEMM, 0) + c/8). 1: Transformer Engine's
+    userbuffers ring-exchange (Megatron `--tp-comm-overlap`); less where the overlap is partial."""
     ep_comm_sms: int = 0
     """SMs the EP dispatch/combine kernels occupy while they overlap compute (hybrid-EP 32 in the
     Megatron-Bridge perf recipes, DeepEP normal kernels 24; NCCL's copy engines 0)."""
