@@ -35,12 +35,14 @@ def render_estimate(doc: dict, console: Console | None = None) -> None:
             t.add_row(v["rule"], v["message"])
         con.print(t)
         return
+    from autoplace.cost import intervals as IV
     mem = doc["memory"]
     miv = (mem.get("interval") or {}).get("90")
     t = Table(title=f"memory per rank (GiB), limit {gib(mem['limit_bytes'])} — "
                     f"{'fits' if mem['fits'] else 'DOES NOT FIT'}"
                     + (f" · peak 90 % interval {gib(miv['lo'])}–{gib(miv['hi'])}"
-                       + ("" if miv["exact"] else " (too few sources to calibrate: a floor)") if miv else "")
+                       + ("" if miv["exact"] else " (too few sources to calibrate: a floor)")
+                       + (f" ({IV.borrowed(miv)})" if IV.borrowed(miv) else "") if miv else "")
                     + (" · NEAR THE LIMIT (upper bound does not fit)" if mem.get("near_limit") else "")
                     + (f" · host {gib(mem['host_bytes'])} offloaded per GPU of {gib(mem['host_limit_bytes'])}"
                        + ("" if not mem.get("host_limit_bytes") or mem["host_bytes"] <= mem["host_limit_bytes"]

@@ -42,20 +42,28 @@ def residuals(files) -> list[dict]:
     out, seen = [], set()
     for f in files:
         res, _ = run(load_records(str(f)))
-        for r in res:
-            if r.skipped is not None or not r.mapping or r.id in seen:
-                continue
-            seen.add(r.id)
-            key = I.class_key(r.mapping.get("runtime", "?"), bool(r.mapping.get("moe")), r.mapping.get("arch", ""))
-            by = {e["metric"]: e for e in r.entries}
-            step = next((by[m] for m in STEP_METRICS if m in by and by[m].get("time_error_pct") is not None), None)
-            if step is not None:
-                out.append({"file": Path(f).name, "id": r.id, "source": r.source, "kind": "step", "class": key,
-                            "r": -math.log1p(step["time_error_pct"] / 100.0)})
-            mem = next((by[m] for m in MEM_METRICS if m in by and by[m].get("predicted")), None)
-            if mem is not None and mem.get("measured"):
-                out.append({"file": Path(f).name, "id": r.id, "source": r.source, "kind": "memory", "class": key,
-                            "r": math.log(float(mem["measured"]) / float(mem["predicted"]))})
+        out += residuals_of(res, Path(f).name, seen)
+    return out
+
+
+def residuals_of(res, fname: str = "", seen: set | None = None) -> list[dict]:
+    """The rows of `residuals` for one file's validation results (a record id already in `seen` is
+    skipped: a run in two files counts once)."""
+    out, seen = [], (set() if seen is None else seen)
+    for r in res:
+        if r.skipped is not None or not r.mapping or r.id in seen:
+            continue
+        seen.add(r.id)
+        key = I.class_key(r.mapping.get("runtime", "?"), bool(r.mapping.get("moe")), r.mapping.get("arch", ""))
+        by = {e["metric"]: e for e in r.entries}
+        step = next((by[m] for m in STEP_METRICS if m in by and by[m].get("time_error_pct") is not None), None)
+        if step is not None:
+            out.append({"file": fname, "id": r.id, "source": r.source, "kind": "step", "class": key,
+                        "r": -math.log1p(step["time_error_pct"] / 100.0)})
+        mem = next((by[m] for m in MEM_METRICS if m in by and by[m].get("predicted")), None)
+        if mem is not None and mem.get("measured"):
+            out.append({"file": fname, "id": r.id, "source": r.source, "kind": "memory", "class": key,
+                        "r": math.log(float(mem["measured"]) / float(mem["predicted"]))})
     return out
 
 

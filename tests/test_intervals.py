@@ -124,3 +124,20 @@ def test_search_table_marks_a_plan_near_the_limit():
         rows = [ln for ln in buf.getvalue().splitlines() if " s0" in ln]
         assert [" near" in r for r in rows] == [d["memory"]["near_limit"] for d in near]
         assert ("90 % upper bound" in buf.getvalue()) == (near is docs)
+
+
+def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
+    """A class with no validation run of its own (no Megatron run states its memory) borrows its
+    spread from a parent level; the user is told which and on how many runs; an interval of its own
+    class says nothing."""
+    assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "megatron-core|dense|hopper", "n": 9}) == ""
+    assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "*|*|hopper", "n": 26}) == (
+        "no megatron-core run of this kind in the validation sets: spread borrowed from the runs on hopper, n = 26")
+    assert "the torch-family runs on hopper" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|*|hopper"})
+    assert "all validation runs" in IV.borrowed({"class": "deepspeed|dense|cdna", "pool": "*"})
+    # what `estimate` ships for Megatron memory today: borrowed, and the memory title says so
+    from autoplace.estimate import estimate
+    doc = estimate(get_preset("llama3-8b"), load_hardware("h100-sxm-80gb"), TrainingSpec(seq_len=4096, global_batch=64),
+                   parse_plan("tp=2,zero=1,mbs=1"), 16)
+    miv = doc["memory"]["interval"]["90"]
+    assert miv["pool"] != miv["class"] and IV.borrowed(miv).startswith("no megatron-core run")

@@ -163,8 +163,12 @@ def render(result, docs, train_note, space, explain: bool, console, outcome=None
                   style="bold" if i == 0 else None)
     con.print(t)
     if any(d["memory"].get("near_limit") for d in docs):
+        from autoplace.cost import intervals as IV
+        why = sorted({IV.borrowed(d["memory"]["interval"]["90"]) for d in docs
+                      if d["memory"].get("near_limit") and (d["memory"].get("interval") or {}).get("90")} - {""})
         con.print("[dim]near: fits at the predicted peak but not at its 90 % upper bound (memory.near_limit); "
-                  "--confidence 0.9 keeps only plans that fit at it[/]")
+                  "--confidence 0.9 keeps only plans that fit at it[/]"
+                  + "".join(f"\n[dim]  memory bound: {w}[/]" for w in why))
     if families:
         from autoplace.search.families import FAMILIES
         missing = [f for f in FAMILIES if f not in families]

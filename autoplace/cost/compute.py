@@ -122,8 +122,10 @@ ATTENTION_RATE_SEQ = 5120
 A causal flash kernel spends, per query block, the s/(2B) + ½ key blocks it visits plus the fixed
 ATTENTION_ROW_TILES, so its rate at s is the profile rate × e(s)/e(ATTENTION_RATE_SEQ)
 (`attention_seq_efficiency`). Fitted once, jointly on modern_runs.json, the Megatron-Bridge archive
-and public_runs.json: of 4096, 5120, 6144 and 8192 the mean of their three mean errors was 6.37,
-6.30, 6.31 and 6.49 %; the runs outside the project's sets were held out [calibrated]."""
+and public_runs.json, with the runs outside the project's sets held out: the mean of their three
+mean errors at 4096 / 5120 / 6144 / 8192 was 6.37 / 6.30 / 6.31 / 6.49 % when fitted, and after the
+later GB200 and async-TP refits is 6.10 / 5.96 / 5.95 / 6.11 % (5120 and 6144 tie;
+`python benchmarks/attention_rate_seq.py` prints the table) [calibrated]."""
 ATTENTION_IN_TRAINING = 0.54
 """Share of an attention kernel's stand-alone rate it keeps inside a training step: the profiles'
 [attention] rates carry it (the A100 llm-foundry fit: FA2 0.30 of peak in training against 0.56

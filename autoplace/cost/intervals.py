@@ -142,6 +142,23 @@ def predict(residuals: dict, fitted: dict, key: str, level: float) -> dict:
             "n_scores": len(fitted["scores"]), "exact": exact}
 
 
+def borrowed(iv: dict) -> str:
+    """'' when an interval rests on runs of its own class; else the words saying where its spread was
+    borrowed from (a class with no run of its own is read by analogy: the user is told so)."""
+    pool, cls = iv.get("pool", ""), iv.get("class", "")
+    if not pool or pool == cls:
+        return ""
+    runtime = cls.split("|")[0]
+    if pool == "*":
+        where = "all validation runs"
+    elif pool.startswith("@"):
+        fam, _, gen = pool[1:].split("|")
+        where = f"the {fam}-family runs on {gen}"
+    else:
+        where = f"the runs on {pool.split('|')[-1]}"
+    return f"no {runtime} run of this kind in the validation sets: spread borrowed from {where}, n = {iv.get('n', 0)}"
+
+
 @lru_cache(maxsize=1)
 def table() -> dict:
     """The shipped residual table: {"step": {class: [[source, r], …]}, "memory": {…}, "meta": …};
@@ -177,5 +194,5 @@ def quantile_factor(kind: str, runtime: str, moe: bool, arch: str, q: float) -> 
     if sh is None:
         return 1.0
     sigma, _ = spread(sh[0], class_key(runtime, moe, arch))
-    z = _weighted([(s, abs(r)) for s, r in sh[1]["scores"]], abs(2.0 * q - 1.0))[0]
+    z = bounds(sh[1]["scores"], abs(2.0 * q - 1.0))[1]
     return math.exp(sigma * z if q >= 0.5 else -sigma * z)
