@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     print(coverage_table(rows))
     if a.write:
         doc = {"meta": {"method": "normalized split-conformal on log(measured/predicted), source-weighted; classes "
-                                  "runtime|dense-moe|generation, spread shrunk toward all > generation > family×generation",
+                                  "runtime|dense-moe|generation, spread = mean |r| shrunk toward all > family > family×kind > family×generation",
                         "files": [Path(f).name for f in a.records], "records": len({x['id'] for x in rows})},
                "step": table_of(rows, "step"), "memory": table_of(rows, "memory")}
         atomic_write(I.DATA, json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")

@@ -22,28 +22,35 @@ RES = {"megatron-core|dense|hopper": [("A", 0.1), ("A", -0.1), ("B", 0.2)],
 
 
 def test_spread_shrinks_down_the_hierarchy_by_source_count():
-    """σ² = (S·ms + K·σ²_parent)/(S + K) down all → generation → family×generation → class, ms the
-    source-weighted mean of r² (each source weighs 1 in total), K = SHRINK = 2."""
+    """σ² = (S·a² + K·σ²_parent)/(S + K) down all → family → family×kind → family×generation →
+    class, a the source-weighted mean of |r| (each source weighs 1 in total), K = SHRINK = 2."""
     K = IV.SHRINK
-    ms_all = ((0.01 + 0.01) / 2 + 0.04 + 0.0025 + 0.09) / 4             # sources A, B, C, D
-    ms_hop = ((0.01 + 0.01) / 2 + 0.04 + 0.09) / 3                      # A, B, D
-    ms_meg = ((0.01 + 0.01) / 2 + 0.04) / 2                             # A, B (megatron family)
-    v = (3 * ms_hop + K * ms_all) / (3 + K)
-    v = (2 * ms_meg + K * v) / (2 + K)
-    v = (2 * ms_meg + K * v) / (2 + K)                                  # the class holds A, B too
+    a_all = (0.1 + 0.2 + 0.05 + 0.3) / 4                                # sources A, B, C, D
+    a_meg = (0.1 + 0.2 + 0.05) / 3                                      # A, B, C: the megatron family
+    a_hop = (0.1 + 0.2) / 2                                             # A, B: megatron on hopper
+    v = a_all ** 2
+    v = (3 * a_meg ** 2 + K * v) / (3 + K)                              # family
+    v = (3 * a_meg ** 2 + K * v) / (3 + K)                              # family × dense: the same runs
+    v = (2 * a_hop ** 2 + K * v) / (2 + K)                              # family × hopper
+    v = (2 * a_hop ** 2 + K * v) / (2 + K)                              # the class holds A, B too
     s, deepest = IV.spread(RES, "megatron-core|dense|hopper")
     assert s == pytest.approx(math.sqrt(v), rel=1e-12) and deepest == "megatron-core|dense|hopper"
+    # one far-off run moves the mean |r| less than a root mean square would
+    assert s < math.sqrt(((0.01 + 0.01) / 2 + 0.04) / 2)
     # leave-one-source-out: B's residual is in neither σ nor the scores
     f = IV.build(RES, "B")
     assert all(src != "B" for src, _ in f["scores"]) and len(f["scores"]) == 4
-    ms_hop_b = ((0.01 + 0.01) / 2 + 0.09) / 2
-    ms_all_b = ((0.01 + 0.01) / 2 + 0.0025 + 0.09) / 3
-    v = (2 * ms_hop_b + K * ms_all_b) / (2 + K)
-    v = (1 * 0.01 + K * v) / (1 + K)
-    v = (1 * 0.01 + K * v) / (1 + K)
+    v = ((0.1 + 0.05 + 0.3) / 3) ** 2                                   # A, C, D
+    v = (2 * 0.075 ** 2 + K * v) / (2 + K)                              # A, C
+    v = (2 * 0.075 ** 2 + K * v) / (2 + K)
+    v = (1 * 0.1 ** 2 + K * v) / (1 + K)                                # A alone
+    v = (1 * 0.1 ** 2 + K * v) / (1 + K)
     assert f["sigma"]["megatron-core|dense|hopper"] == pytest.approx(math.sqrt(v), rel=1e-12)
+    # a PyTorch stack on ampere borrows from the PyTorch stacks, not from Megatron on ampere
+    assert IV.spread(RES, "llm-foundry|dense|ampere")[1] == "@torch|dense|*"
+    assert IV.spread(RES, "llm-foundry|dense|ampere")[0] > IV.spread(RES, "megatron-core|dense|ampere")[0]
     # a class no run has falls back to the deepest level that has runs
-    assert IV.spread(RES, "torchtitan|moe|blackwell")[1] == "*"
+    assert IV.spread(RES, "deepspeed|moe|blackwell")[1] == "*"
 
 
 def test_interval_is_the_scaled_score_quantile():
@@ -131,9 +138,11 @@ def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
     spread from a parent level; the user is told which and on how many runs; an interval of its own
     class says nothing."""
     assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "megatron-core|dense|hopper", "n": 9}) == ""
-    assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "*|*|hopper", "n": 26}) == (
-        "no megatron-core run of this kind in the validation sets: spread borrowed from the runs on hopper, n = 26")
+    assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "*", "n": 26}) == (
+        "no megatron-core run of this kind in the validation sets: spread borrowed from all validation runs, n = 26")
     assert "the torch-family runs on hopper" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|*|hopper"})
+    assert "the torch-family moe runs, n = 7" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|moe|*", "n": 7})
+    assert "the megatron-family runs, n" in IV.borrowed({"class": "megatron-core|moe|cdna", "pool": "@megatron|*|*"})
     assert "all validation runs" in IV.borrowed({"class": "deepspeed|dense|cdna", "pool": "*"})
     # what `estimate` ships for Megatron memory today: borrowed, and the memory title says so
     from autoplace.estimate import estimate

@@ -681,6 +681,29 @@ def test_causal_flash_rate_rises_with_the_keys_per_call(hw):
     assert attn_f(65536, cp=2) / attn_f(32768) == pytest.approx(2.0, rel=1e-9)
 
 
+def test_triton_flash_kernel_holds_its_rate_at_the_fits_sequence(hw):
+    """llm-foundry's benchmarks ran MosaicML's Triton flash kernel (`attn_impl: triton`): the flash2
+    rate of the profile, fitted on 16k–65k-token rows, so it holds at 16384, not at 5120. By hand:
+    at 16384 tokens the triton layer runs at exactly the flash2 profile rate, and at any s its time
+    is the flash2 kernel's × e(16384)/e(5120) = (64/69.2)/(20/25.2)."""
+    from autoplace.runtimes import load_runtime
+    from autoplace.runtimes.switches import apply_settings
+    assert load_runtime("llm-foundry").kernels.attention == "triton"
+    assert K.ATTENTION_RATE_SEQ_KERNEL == {"triton": 16384}
+    m = get_preset("llama3-8b")
+
+    def attn_f(kernel, seq):
+        rt = apply_settings(load_runtime("llm-foundry"), [("kernels.attention", kernel)])
+        ctx = Ctx(m, TrainingSpec(seq_len=seq, global_batch=8, runtime=rt), 8)
+        lt = K.layer_compute_times(ctx, hw, Plan(dp=8, mbs=1).resolved(8))
+        return float(lt["attn_f"]) - hw.kernel_overhead_s
+    for seq in (2048, 16384, 65536):
+        assert attn_f("triton", seq) / attn_f("flash2", seq) == pytest.approx((64 / 69.2) / (20 / 25.2), rel=1e-9)
+    # at 16384 the triton kernel runs at the flash2 rate of the profile (causal: half the s² square; d = 128: head-dim factor 1)
+    work = 2.0 * 16384 * 16384 * 0.5 * m.heads * (m.d_qk + m.d_v)
+    assert attn_f("triton", 16384) == pytest.approx(work / (hw.peak("bf16") * hw.attention_eff("flash2")), rel=1e-9)
+
+
 def test_tp_overlap_share_hides_that_share_of_the_tp_collectives(hw):
     """comm.tp_overlap_share h: the overlapped TP collectives are exposed as (1 − h)·c + h·(max(c −
     GEMM, 0) + c/8), so a stage's exposed TP time is linear in h between the collectives as issued

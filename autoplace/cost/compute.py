@@ -126,6 +126,13 @@ and public_runs.json, with the runs outside the project's sets held out: the mea
 mean errors at 4096 / 5120 / 6144 / 8192 was 6.37 / 6.30 / 6.31 / 6.49 % when fitted, and after the
 later GB200 and async-TP refits is 6.10 / 5.96 / 5.95 / 6.11 % (5120 and 6144 tie;
 `python benchmarks/attention_rate_seq.py` prints the table) [calibrated]."""
+ATTENTION_RATE_SEQ_KERNEL = {"triton": 16384}
+"""Kernel families whose profile rate holds at another sequence length than ATTENTION_RATE_SEQ:
+MosaicML's Triton flash kernel (llm-foundry `attn_impl: triton`, the benchmark default of
+scripts/train/benchmarking/submit_benchmarks.py 2023–24) runs at the FlashAttention-2-class rate
+of the profiles, which was fitted on the llm-foundry A100 rows of 16k–65k tokens (a100-80gb.toml
+`attention_efficiency`; FA2's own stand-alone figures, Dao 2023 Fig. 4, are at 16k too): its rate
+holds at 16384 [sourced: the fit's sequence lengths]."""
 ATTENTION_IN_TRAINING = 0.54
 """Share of an attention kernel's stand-alone rate it keeps inside a training step: the profiles'
 [attention] rates carry it (the A100 llm-foundry fit: FA2 0.30 of peak in training against 0.56
@@ -323,7 +330,9 @@ def layer_compute_times(ctx, hw, p):
             rate = hw.peak("fp8") * eff * FP8_ATTENTION_EFFICIENCY
         rate = rate * head_dim_factor(hw, m, rate)
         # the fixed per-query-block work amortised over the keys of one call (ring CP: s/cp per call)
-        rate = rate * attention_seq_efficiency(t.seq_len / cp) / attention_seq_efficiency(ATTENTION_RATE_SEQ)
+        ref = ATTENTION_RATE_SEQ_KERNEL.get(kern.attention, ATTENTION_RATE_SEQ) if not (m.attn_sinks and kern.attention_sinks) \
+            else ATTENTION_RATE_SEQ
+        rate = rate * attention_seq_efficiency(t.seq_len / cp) / attention_seq_efficiency(ref)
         work = 2.0 * T * keys_per_query(m, t, ATTENTION_TILE) * heads_loc * (m.d_qk + m.d_v)
         attn_f = work / rate + hw.kernel_overhead_s
         attn_b = 2.5 * work / rate + 2 * hw.kernel_overhead_s

@@ -13,11 +13,15 @@ few residuals borrows the other's (fitted separately, the 90 % lower bound fell 
 as the 80 % one: the widest negative score, `exact: false`).
 
 - **Class** c = runtime × dense/MoE × hardware generation (`class_key`).
-- **Spread** σ_c (`spread`): the root mean square of r (its bias included) down a hierarchy
-  all runs → the generation → (runtime family, generation) → the class, each level shrunk toward its
-  parent by the number of sources S it holds: σ² = (S·ms + K·σ²_parent) / (S + K), K = `SHRINK`
+- **Spread** σ_c (`spread`): the mean absolute residual |r| (its bias included; the scale ρ̂ of
+  Lei et al. 2018 §5.2 is a fitted mean absolute deviation, which one far-off run moves less than
+  a root mean square) down a hierarchy all runs → the runtime family → (family, dense/MoE) →
+  (family, generation) → the class, each level shrunk toward the one above by the number of
+  sources S it holds: σ² = (S·a² + K·σ²_parent) / (S + K), a the level's mean |r|, K = `SHRINK`
   (empirical-Bayes pooling of a Mondrian partition: a class with one source borrows most of its
-  spread from its parent, a class with many keeps its own).
+  spread from above, a class with many keeps its own). The stack comes first: how well a stack's
+  behaviour is modelled decides the error more than the GPU does (a PyTorch stack on Ampere
+  borrows from PyTorch stacks on other GPUs, not from Megatron on Ampere).
 - **Weights**: runs of one source share its systematic error, so the source, not the run, is the
   exchangeable unit: each residual weighs 1 / (its source's run count) in σ and in the quantiles
   (Dunn, Wasserman & Ramdas 2022, pooled-CDF hierarchical conformal; weighted quantile, Tibshirani
@@ -64,7 +68,8 @@ def levels(key: str) -> list[tuple[str, object]]:
         r, kd, g = k.split("|")
         return r, kd, g, FAMILIES.get(r, r)
     return [("*", lambda k: True),
-            (f"*|*|{gen}", lambda k: parts(k)[2] == gen),
+            (f"@{fam}|*|*", lambda k: parts(k)[3] == fam),
+            (f"@{fam}|{kind}|*", lambda k: parts(k)[3] == fam and parts(k)[1] == kind),
             (f"@{fam}|*|{gen}", lambda k: parts(k)[2] == gen and parts(k)[3] == fam),
             (key, lambda k: k == key)]
 
@@ -76,10 +81,10 @@ def _source_weights(items: list) -> dict:
     return cnt
 
 
-def _mean_square(items: list) -> tuple[float, int]:
-    """(source-weighted mean of r², number of sources) of [(source, r), …]."""
+def _scale_sq(items: list) -> tuple[float, int]:
+    """(square of the source-weighted mean of |r|, number of sources) of [(source, r), …]."""
     cnt = _source_weights(items)
-    return sum(r * r / cnt[s] for s, r in items) / len(cnt), len(cnt)
+    return (sum(abs(r) / cnt[s] for s, r in items) / len(cnt)) ** 2, len(cnt)
 
 
 def spread(residuals: dict, key: str, exclude: frozenset = frozenset()) -> tuple[float, str]:
@@ -90,7 +95,7 @@ def spread(residuals: dict, key: str, exclude: frozenset = frozenset()) -> tuple
         items = [(s, r) for ck, it in residuals.items() if match(ck) for s, r in it if s not in exclude]
         if not items:
             continue
-        ms, n_src = _mean_square(items)
+        ms, n_src = _scale_sq(items)
         v = ms if v is None else (n_src * ms + SHRINK * v) / (n_src + SHRINK)
         deepest = name
     return (math.sqrt(v) if v else 0.0), deepest
@@ -152,8 +157,8 @@ def borrowed(iv: dict) -> str:
     if pool == "*":
         where = "all validation runs"
     elif pool.startswith("@"):
-        fam, _, gen = pool[1:].split("|")
-        where = f"the {fam}-family runs on {gen}"
+        fam, kind, gen = pool[1:].split("|")
+        where = f"the {fam}-family {'' if kind == '*' else kind + ' '}runs{'' if gen == '*' else ' on ' + gen}"
     else:
         where = f"the runs on {pool.split('|')[-1]}"
     return f"no {runtime} run of this kind in the validation sets: spread borrowed from {where}, n = {iv.get('n', 0)}"

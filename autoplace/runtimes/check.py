@@ -16,7 +16,7 @@ import numpy as np
 from autoplace.errors import InputError
 from autoplace.plan import OFFLOAD, RANK_ORDERS, RECOMPUTE, SCHEDULES, modules_code, modules_of
 
-ATTENTION_KERNELS = ("cudnn", "flash3", "flash2", "sdpa", "flex", "eager", "flash")
+ATTENTION_KERNELS = ("cudnn", "flash3", "flash2", "triton", "sdpa", "flex", "eager", "flash")
 ELEMENTWISE = ("fused", "compiled", "eager")
 DISPATCH = ("alltoall", "deepep", "hybridep", "allgather")
 SP_MODES = ("optional", "always", "never")

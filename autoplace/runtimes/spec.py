@@ -59,9 +59,11 @@ class Kernels:
     """Memory-bound kernel launches per layer forward (norms, residual adds, activation, RoPE,
     casts; GEMMs and attention count their own); backward launches two more."""
     attention: str = "flash"
-    """Attention kernel family: cudnn (TE/cuDNN fused attention), flash3, flash2, sdpa (PyTorch
-    SDPA: the FlashAttention-2 backend), flex (FlexAttention), eager (materialized softmax). The
-    hardware profile gives each family's efficiency on that GPU."""
+    """Attention kernel family: cudnn (TE/cuDNN fused attention), flash3, flash2, triton (MosaicML's
+    Triton flash kernel, llm-foundry `attn_impl: triton`: the flash2 rate, read at the sequence
+    length it was fitted at, `cost.compute.ATTENTION_RATE_SEQ_KERNEL`), sdpa (PyTorch SDPA: the
+    FlashAttention-2 backend), flex (FlexAttention), eager (materialized softmax). The hardware
+    profile gives each family's efficiency on that GPU."""
     loss: str = "fused"
     """Cross-entropy kernel: fused (vocab-parallel fused softmax-CE) or eager (fp32 upcast,
     log_softmax, nll)."""

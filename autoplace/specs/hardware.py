@@ -25,7 +25,7 @@ DEFAULT_HARDWARE = "h100-sxm-80gb"
 
 
 ATTENTION_FALLBACK = {"flash": ("flash2",), "sdpa": ("flash2",), "flash3": ("cudnn", "flash2"),
-                      "cudnn": ("flash3", "flash2"), "flex": ("flash2",), "flash2": ()}
+                      "cudnn": ("flash3", "flash2"), "flex": ("flash2",), "triton": ("flash2",), "flash2": ()}
 
 
 @dataclass(frozen=True)
