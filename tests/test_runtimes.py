@@ -81,12 +81,15 @@ def test_a_change_of_runtime_changes_exactly_the_terms_it_should(name):
             assert _same(lt[key], lt0[key]), key
         else:
             assert (lt[key] > lt0[key]) == (rate < 1.0) and lt[key] < lt0[key] / rate * (1 + 1e-9), key
-    # attention core: the kernel family's efficiency on this GPU, nothing else
-    same_attn = HW.attention_eff(k.attention) == HW.attention_eff(k0.attention)
+    # attention core: the kernel family's efficiency on this GPU and the sequence length its rate
+    # holds at (ATTENTION_RATE_SEQ_KERNEL), nothing else
+    e, ref = K.attention_seq_efficiency, lambda a: K.ATTENTION_RATE_SEQ_KERNEL.get(a, K.ATTENTION_RATE_SEQ)
+    same_attn = HW.attention_eff(k.attention) == HW.attention_eff(k0.attention) and ref(k.attention) == ref(k0.attention)
     assert _same(lt["attn_f"], lt0["attn_f"]) == same_attn
     ko = HW.kernel_overhead_s                                      # the launch is not part of the kernel's rate
     assert (lt["attn_f"] - ko) / (lt0["attn_f"] - ko) == pytest.approx(
-        HW.attention_eff(k0.attention) / HW.attention_eff(k.attention), rel=1e-9)
+        HW.attention_eff(k0.attention) / HW.attention_eff(k.attention)
+        * float(e(ref(k.attention)) / e(ref(k0.attention))), rel=1e-9)
     # memory-bound layer work: its passes and launches
     elem_fields = ("rmsnorm_passes", "residual_passes", "act_extra_passes", "rope_passes", "membound_kernels")
     same_elem = all(getattr(k, f) == getattr(k0, f) for f in elem_fields)
