@@ -702,6 +702,10 @@ def test_triton_flash_kernel_holds_its_rate_at_the_fits_sequence(hw):
     # at 16384 the triton kernel runs at the flash2 rate of the profile (causal: half the s² square; d = 128: head-dim factor 1)
     work = 2.0 * 16384 * 16384 * 0.5 * m.heads * (m.d_qk + m.d_v)
     assert attn_f("triton", 16384) == pytest.approx(work / (hw.peak("bf16") * hw.attention_eff("flash2")), rel=1e-9)
+    # a profile can state the kernel's own rate ([attention] triton), which replaces the flash2 fallback
+    from dataclasses import replace
+    own = replace(hw, attention_kernels={**hw.attention_kernels, "triton": 0.15})
+    assert own.attention_eff("triton") == 0.15 and hw.attention_eff("triton") == hw.attention_eff("flash2")
 
 
 def test_tp_overlap_share_hides_that_share_of_the_tp_collectives(hw):

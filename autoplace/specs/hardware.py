@@ -86,7 +86,7 @@ class HardwareSpec:
     """Fraction of the BF16 peak the FlashAttention-2-class kernel reaches on the causal attention
     core (fwd + bwd); the kernel families of `attention_kernels` refine it."""
     attention_kernels: dict = field(default_factory=dict)
-    """Efficiency per attention kernel family on this GPU ({"flash2", "flash3", "cudnn", "flex"});
+    """Efficiency per attention kernel family on this GPU ({"flash2", "flash3", "cudnn", "flex", "triton"});
     a family not listed falls back along ATTENTION_FALLBACK, finally to attention_efficiency."""
     hbm_efficiency: float = 0.8
     """Achievable fraction of hbm_bw for memory-bound kernels."""
@@ -184,7 +184,7 @@ _FIELDS = {f.name for f in fields(HardwareSpec)}
 SECTIONS = ("memory", "peak_tflops", "compute", "network", "overheads", "attention", "pricing")
 DOC_SECTIONS = ("calibration", "raw", "software")    # written by `autoplace calibrate`: provenance only
 _PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")
-_ATTN_KEYS = ("flash2", "flash3", "cudnn", "flex")
+_ATTN_KEYS = ("flash2", "flash3", "cudnn", "flex", "triton")
 
 
 def _valid_keys() -> list[str]:
@@ -300,7 +300,7 @@ def check_hardware(hw: HardwareSpec, where: str | None = None) -> HardwareSpec:
         number(v / 1e12 if isinstance(v, (int, float)) and not isinstance(v, bool) else v,
                f"{w}: peak_tflops.{k}", lo=1e-6, hi=1e9, fix="give the dense tensor-core peak in TFLOP/s (≥ 1e-06)")
     if not isinstance(hw.attention_kernels or {}, dict):
-        raise InputError(f"{w}: attention must be a table of kernel efficiencies (flash2, flash3, cudnn, flex)")
+        raise InputError(f"{w}: attention must be a table of kernel efficiencies ({', '.join(_ATTN_KEYS)})")
     for k, v in (hw.attention_kernels or {}).items():
         number(v, f"{w}: attention.{k}", lo=0.0, hi=1.0, lo_open=True)
     if hw.price_per_gpu_hour is not None:
