@@ -83,7 +83,7 @@ def estimate(model, hw, train, plan, world: int, headroom: float = 0.0) -> dict:
         "legal": not violations,
         "violations": [v.to_dict() for v in violations],
         "notes": [v.to_dict() for v in notes(ctx, plan)],
-        "placement": compose(plan).table(),
+        "placement": compose(plan, ctx.train.rt.comm.pp_defer_grad_sync).table(),
     }
     if violations:
         return doc

@@ -402,3 +402,96 @@ def test_flags_since_reaches_generated_files_only_as_a_flag_and_a_release_tag(fl
     with pytest.raises(InputError) as e:
         runtime_from_dict(raw, "evil.toml")
     assert "flags_since" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_pipeline_without_a_sharded_stage_module_syncs_every_micro_batch():
+    """comm.pp_defer_grad_sync: torch pipelining can defer FSDP2's sync only when the stage module is
+    an FSDPModule (K1: one reduce-scatter per schedule, P and G unsharded in the step). NeMo AutoModel
+    as of Oct 2025 sharded only model.model, so every micro-batch's backward reduce-scatters and
+    reshards: by hand, m × (AG + RS) per step instead of one of each, the model states at rest
+    instead of the in-step placement, and each of the v virtual stages (its own FSDP root) exposing
+    one layer's share of its collectives — a tail window of L/v layers instead of L."""
+    new, old = load_runtime("nemo-automodel"), load_runtime("nemo-automodel-2025")
+    assert new.comm.pp_defer_grad_sync and not old.comm.pp_defer_grad_sync
+    assert old.kernels == new.kernels and old.host == new.host and old.memory == new.memory   # extends
+    from autoplace.cost import comm as C
+    world, gb = 16, 64
+    plan = Plan(pp=2, dp=8, zero=3, reshard_after_forward=False, mbs=1).resolved(world)
+    m = gb // 8
+    got = {}
+    for rt in (new, old):
+        t = training_spec(rt, seq_len=4096, global_batch=gb)
+        ctx = Ctx(MODEL, t, world)
+        intra, _ = C.dp_volumes(ctx, plan, 0)
+        params, grads, _ = M.model_state_bytes(ctx, plan, 0)
+        got[rt.name] = (_f(intra), _f(params), _f(grads), ctx, t)
+    psi = _f(M.stage_param_counts(got["nemo-automodel"][3], plan, 0)[0])
+    t = got["nemo-automodel"][4]
+    bP = _f(M.param_store_bytes(t))
+    one = 7 / 8 * psi * (t.b_P + t.b_G_reduce)                   # ag(ψ·b_P, 8) + rs(ψ·b_G,reduce, 8)
+    assert got["nemo-automodel"][0] == pytest.approx(one, rel=1e-12)
+    assert got["nemo-automodel-2025"][0] == pytest.approx(m * one, rel=1e-12)
+    assert got["nemo-automodel"][1:3] == pytest.approx((bP * psi, t.b_G_reduce * psi), rel=1e-12)
+    assert got["nemo-automodel-2025"][1:3] == pytest.approx((bP * psi / 8, t.b_G * psi / 8), rel=1e-12)
+    # the exposed tail: every hidden_tail of the DP terms sees L/v layers without K1, L with it
+    seen = []
+    real = S.hidden_tail
+
+    def spy(c, window, L, sm_share=0.0):
+        seen.append(float(np.max(L)))
+        return real(c, window, L, sm_share)
+    ip = Plan(pp=2, dp=8, zero=3, reshard_after_forward=False, mbs=1, schedule="interleaved",
+              vpp=2).resolved(world)
+    Li = _f(M.layers_on_stage(got["nemo-automodel"][3], ip, 0))
+    S.hidden_tail = spy
+    try:
+        for name, want in (("nemo-automodel-2025", Li / 2), ("nemo-automodel", Li)):
+            seen.clear()
+            S._dp_exposed(got[name][3], HW, ip, 1.0, 2.0, 0, want_total=False)
+            assert seen and set(seen) == {want}
+    finally:
+        S.hidden_tail = real
+
+
+def test_a_runtime_file_extends_a_shipped_runtime(tmp_path):
+    """`extends = "<shipped runtime>"`: that document with the file's keys on top, table by table;
+    only shipped runtimes, one level deep, each refusal a one-line error."""
+    f = tmp_path / "mine.toml"
+    f.write_text('extends = "torchtitan"\nname = "mine"\n[comm]\npp_defer_grad_sync = false\n')
+    rt, base = load_runtime(str(f)), load_runtime("torchtitan")
+    assert rt.name == "mine" and rt.family == base.family and rt.version == base.version
+    assert rt.kernels == base.kernels and rt.defaults == base.defaults
+    assert rt.comm == replace(base.comm, pp_defer_grad_sync=False)
+    for i, bad in enumerate(('extends = "../etc/passwd"\n', "extends = 3\n", 'extends = "mine"\n')):
+        g = tmp_path / f"bad{i}.toml"
+        g.write_text(bad)
+        with pytest.raises(InputError, match="extends must name a built-in runtime") as e:
+            load_runtime(str(g))
+        assert "\n" not in str(e.value)
+
+
+def test_automodel_experts_reduce_in_their_own_dtype():
+    """defaults.expert_reduce_native: NeMo AutoModel wraps the experts with `fully_shard` on the
+    expert-DP mesh and no mixed-precision policy, so their bf16 gradients reduce-scatter in bf16
+    while the dense parameters reduce in fp32. By hand, ZeRO-3 holding parameters from forward to
+    backward, m micro-batches: the expert reduce-scatters shrink by m·(ne − 1)/ne·ψ_e·(4 − 2) bytes."""
+    am = load_runtime("nemo-automodel")
+    assert am.defaults.expert_reduce_native and am.defaults.grad_reduce_bytes == 4
+    assert not load_runtime("torchtitan").defaults.expert_reduce_native
+    off = replace(am, defaults=replace(am.defaults, expert_reduce_native=False))
+    from autoplace.cost import comm as C
+    moe = get_preset("mixtral-8x7b")
+    world, gb = 16, 64
+    plan = Plan(dp=16, ep=4, zero=3, reshard_after_forward=False, mbs=1).resolved(world)
+    got = {}
+    for rt in (am, off):
+        t = training_spec(rt, seq_len=4096, global_batch=gb)
+        ctx = Ctx(moe, t, world)
+        got[rt.defaults.expert_reduce_native] = (_f(C.dp_volumes(ctx, plan, 0)[0]), ctx, t)
+    native, ctx, t = got[True]
+    assert t.b_G == 2 and t.b_G_reduce == 4 and t.b_G_reduce_expert == 2
+    _, psi_e = M.stage_param_counts(ctx, plan, 0)
+    _, ne = M.shard_groups(ctx, plan)
+    assert _f(ne) == 4
+    m = gb // 16
+    assert got[False][0] - native == pytest.approx(m * 3 / 4 * _f(psi_e) * (4 - 2), rel=1e-12)

@@ -400,12 +400,31 @@ def test_automodel_rows_read_the_stacks_behaviour():
     recs = {r["id"]: r for r in load_records(MODERN) if r["id"].startswith("automodel")}
     ds = map_shaped(recs["automodel-h100-bf16-deepseekv3671b-1024gpu"])
     assert ds.plan.pp_flushes == 4 and ds.plan.zero == 3 and not ds.plan.reshard_after_forward
+    # published by PR #562 (2025-10-06): the stage module is not an FSDPModule, so under PP every
+    # micro-batch reduce-scatters (runtimes/nemo-automodel-2025.toml)
+    assert ds.train.rt.name == "nemo-automodel-2025" and not ds.train.rt.comm.pp_defer_grad_sync
+    assert any("PR #562" in a for a in ds.assumptions)
     assert ds.train.rt.kernels.attention == "cudnn"
     assert map_shaped(recs["automodel-h100-bf16-deepseekv3671b-256gpu"]).plan.pp_flushes == 1   # GBS 512 = 64 · 8
     dense = map_shaped(recs["automodel-h100-bf16-llama370b-64gpu"])
     assert dense.plan.reshard_after_forward and dense.plan.pp == 1
     oss = map_shaped(recs["automodel-h100-bf16-gptoss120b-64gpu"])
     assert oss.train.rt.kernels.attention == "flex"
+
+
+def test_automodel_era_follows_the_printed_row():
+    """NeMo AutoModel's performance summary: rows of its custom-MoE path (kernel column "DeepEP") were
+    published by PR #562 (2025-10-06) and map to the Oct 2025 runtime; a row naming a 26.xx release
+    and rows outside that path (Llama 3, "fsdp2_prefetch") map to today's; the text is the record's
+    structured fields (lower-cased), as `record_fields_text` gives it."""
+    from autoplace.runtimes.infer import runtime_for_record
+    row = ("nvidia nemo automodel performance summary docs/performance-summary.md row as printed: "
+           "| deepseek v3 671b | 256 | 512 | 1 | 8 | 1 | 4096 | 1 | 4 | 1 | 64 | 8 | 64 | te + deepep | 8.18 |")
+    assert runtime_for_record(row, 2026)[0] == "nemo-automodel-2025"
+    assert runtime_for_record(row.replace("deepseek v3 671b", "nemotron v3 super 120b (26.02)"), 2026)[0] \
+        == "nemo-automodel"
+    assert runtime_for_record(row.replace("te + deepep", "te + fsdp2_prefetch"), 2026)[0] == "nemo-automodel"
+    assert runtime_for_record("nemo automodel deepep moe recipe", 2026)[0] == "nemo-automodel"
 
 
 # ---- per-metric error arithmetic --------------------------------------------------------------
@@ -741,7 +760,10 @@ def test_modern_set_regression():
     rt = {rid: r.mapping["runtime"] for rid, r in by.items()}
     assert {v for k, v in rt.items() if k.startswith("mbridge2606")} == {"megatron-core"}
     assert {v for k, v in rt.items() if k.startswith("nemo2502")} == {"megatron-core-0.11"}
-    assert {v for k, v in rt.items() if k.startswith("automodel")} == {"nemo-automodel"}
+    # the performance summary's MoE rows (DeepEP) ran the Oct 2025 code; its Llama 3 row today's
+    assert {k for k, v in rt.items() if v == "nemo-automodel-2025"} == {
+        k for k in rt if k.startswith("automodel") and "llama" not in k}
+    assert rt["automodel-h100-bf16-llama370b-64gpu"] == "nemo-automodel"
     # the dense Llama rows that every stack runs well stay close
     for rid in ("nemo2502-dgx-b200-llama3-8b-8gpu", "mbridge2606-gb200-llama31405b-mxfp8-256gpu-gbs1536",
                 "automodel-h100-bf16-llama370b-64gpu"):

@@ -48,16 +48,16 @@ def dp_volumes(ctx, p, i):
     t = ctx.train
     bG = t.b_G
     bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
-    bGr = t.b_G_reduce
+    bGr, bGe = t.b_G_reduce, t.b_G_reduce_expert
     dense, expert = stage_param_counts(ctx, p, i)
     nd, ne = shard_groups(ctx, p)
     r = _w(p.dp_replicate)
     m = micro_batches(p, t.global_batch)
     pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
-    k1 = k1_active(p)
+    k1 = k1_active(ctx, p)
     z3_regather = np.where(pm == 1, m + 1.0, 1.0)     # K1: gathers per step under PP
 
-    def one(psi, n, full_group):
+    def one(psi, n, full_group, bGr=bGr):
         # DDP: all-reduce over the whole data group (replicate × shard × cp)
         ddp = ar(psi * bG, full_group)
         z1 = rs(psi * bG, n) + ag(psi * bP, n)
@@ -78,7 +78,7 @@ def dp_volumes(ctx, p, i):
     full_dense = _w(p.dp) * _w(p.cp)
     i_d, e_d = one(dense, nd, full_dense)
     d_exp = _w(ctx.world) / (_w(p.t_exp) * _w(p.ep) * _w(p.pp))
-    i_e, e_e = one(expert, ne, d_exp)
+    i_e, e_e = one(expert, ne, d_exp, bGe)
     intra = i_d + i_e
     inter = e_d + e_e
     # cp outside the ZeRO group: an extra all-reduce over cp (rare; Megatron folds cp into the group)

@@ -161,9 +161,12 @@ def _zero_over_cp(p):
     return bool(z) if np.ndim(z) == 0 else z
 
 
-def k1_active(p):
-    """K1: pipeline micro-batching with ZeRO-2/3 → torch pipelining + FSDP2 in-step placement."""
-    return (_w(p.pp) > 1) & (_w(p.zero) >= 2) & (_w(p.g_mode) >= 1)
+def k1_active(ctx, p):
+    """K1: pipeline micro-batching with ZeRO-2/3 → torch pipelining + FSDP2 in-step placement, on a
+    runtime whose pipeline defers FSDP2's sync to a stage's last backward (RuntimeSpec
+    comm.pp_defer_grad_sync; otherwise every micro-batch reduce-scatters: plain ZeRO-2/3)."""
+    on = (_w(p.pp) > 1) & (_w(p.zero) >= 2) & (_w(p.g_mode) >= 1)
+    return on if ctx.train.rt.comm.pp_defer_grad_sync else on & False
 
 
 # ---- model states ---------------------------------------------------------------------------
@@ -215,11 +218,11 @@ def _state_bytes(ctx, p, i):
     pm, gm, om, off = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode), _w(p.off)
     bP = np.where(om >= 1, param_store_bytes(t), param_store_bytes(t, sharded_optimizer=False)) \
         if not ctx.model.states_only else t.b_P
-    bGr = t.b_G_reduce
+    bGr, bGe = t.b_G_reduce, t.b_G_reduce_expert
     dense, expert = stage_param_counts(ctx, p, i)
     nd, ne = shard_groups(ctx, p)
     phi = _w(p.offload_fraction)
-    k1 = k1_active(p)
+    k1 = k1_active(ctx, p)
 
     def one(psi, n, experts=False):
         fP = np.where(pm == 0, 1.0, 1.0 / n)
@@ -237,7 +240,7 @@ def _state_bytes(ctx, p, i):
         # (FSDP2 upcasts an accumulated unsharded gradient to the reduce dtype); experts whose
         # expert-DP group is one rank are outside FSDP (plain .grad at b_G)
         params = np.where(k1 & (pm > 0), bP * psi, params)
-        grads = np.where(k1 & ((_w(n) > 1) | (not experts)), bGr * psi, grads)
+        grads = np.where(k1 & ((_w(n) > 1) | (not experts)), (bGe if experts else bGr) * psi, grads)
         return params, grads, opt, host
 
     pd, gd, od, hd = one(dense, nd)
@@ -434,7 +437,7 @@ def transient_parts(ctx, p, i):
     dense, expert = stage_param_counts(ctx, p, i)
     nd, _ = shard_groups(ctx, p)
     pm, gm = _w(p.p_mode), _w(p.g_mode)
-    k1 = k1_active(p)
+    k1 = k1_active(ctx, p)
     # in a unit's backward: its unsharded gradients (b_G) and the previous unit's reduce-scatter
     # input (b_G_reduce), which FSDP2 keeps in flight until this unit's post-backward
     # (reduce_scatter_max_input_buffers = 1)

@@ -210,9 +210,9 @@ def grad_accum_bytes(ctx, p, i):
         return _w(0.0) * _w(p.pp)
     dense, expert = Mm.stage_param_counts(ctx, p, i)
     mb = np.maximum(micro_batches(p, t.global_batch), 1.0)
-    k1 = Mm.k1_active(p)
+    k1 = Mm.k1_active(ctx, p)
     unsharded = (_w(p.g_mode) == 0) | k1
-    bG, br = t.b_G, t.b_G_reduce
+    bG, br, be = t.b_G, t.b_G_reduce, t.b_G_reduce_expert
     if mode == "hook":
         return np.where(unsharded, mb * (dense + expert) * (2.0 * br + bG), 0.0)
     fl = np.where(k1, np.minimum(_w(getattr(p, "pp_flushes", 1)), mb), 1.0)
@@ -222,7 +222,8 @@ def grad_accum_bytes(ctx, p, i):
         ba = np.where(upcast, br, bG)
         first = np.where(upcast & (br != bG) & (mb > fl), bG + ba, 0.0)
         return psi * ((mb - fl) * (2.0 * ba + bG) + fl * first)
-    return np.where(unsharded, group(dense, k1) + group(expert, k1 & (_w(ne) > 1)), 0.0)
+    # experts under their own FSDP policy without a reduce dtype keep b_G (no upcast)
+    return np.where(unsharded, group(dense, k1) + group(expert, k1 & (_w(ne) > 1) & (be != bG)), 0.0)
 
 
 def ep_unpaired_share(p, global_batch, rank):
@@ -306,6 +307,7 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
     bG = t.b_G
     bP = t.b_P if ctx.model.states_only else param_gather_bytes(t)      # parameter all-gather width
     bGr = t.b_G_reduce
+    bGe = t.b_G_reduce_expert                            # the experts' reduce width (their own FSDP policy)
     psi = Mm.collective_params_rank(ctx, p, i)
     dense, expert = Mm.stage_param_counts(ctx, p, i)
     nd, ne = Mm.shard_groups(ctx, p)
@@ -314,7 +316,7 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
     sms = dp_sm_share(ctx, hw)                           # SMs the hidden collectives hold
     m = micro_batches(p, t.global_batch)
     pm, gm, om = _w(p.p_mode), _w(p.g_mode), _w(p.o_mode)
-    k1 = Mm.k1_active(p)
+    k1 = Mm.k1_active(ctx, p)
     grp = _w(p.dp) * _w(p.cp)
     s_shard = st["cp"]                                   # dp×cp group: stride = tp degree (cp inner to dp)
     s_rep = st["dp_replicate"]
@@ -343,24 +345,31 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
     def _expert(fn):
         return np.where(psi_e > 0, fn(), 0.0) if has_e else 0.0
 
-    def _gather(width, op="ag"):
+    def _gather(width, op="ag", width_e=None):
+        w_e = width if width_e is None else width_e
         return N.gather_time(hw, psi_d * width, nd, s_shard, nc_d, op=op) + \
-            _expert(lambda: N.gather_time(hw, psi_e * width, ne, s_edp, nc_e, op=op))
+            _expert(lambda: N.gather_time(hw, psi_e * w_e, ne, s_edp, nc_e, op=op))
 
     ddp = N.allreduce_time(hw, psi_d * bG, grp, s_shard, nb_d) + \
         _expert(lambda: N.allreduce_time(hw, psi_e * bG, ne, s_edp, nb_e))
-    rsG = _gather(np.where(gm >= 1, bGr, bG), op="rs")
-    rsGr = _gather(bGr, op="rs")
+    rsG = _gather(np.where(gm >= 1, bGr, bG), op="rs", width_e=np.where(gm >= 1, bGe, bG))
+    rsGr = _gather(bGr, op="rs", width_e=bGe)
     agP = _gather(bP)
     inter = N.allreduce_time(hw, psi_d * np.where(gm >= 1, bGr, bG) / nd, r, s_rep, nc_d) + \
-        _expert(lambda: N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGr, bG) / ne, r, s_rep, nc_e))
+        _expert(lambda: N.allreduce_time(hw, psi_e * np.where(gm >= 1, bGe, bG) / ne, r, s_rep, nc_e))
     ov = _w(p.dp_overlap) > 0
     win_b = np.where(ov, t_b * hw.comm_overlap, 0.0)
     win_f = np.where(ov, t_f * hw.comm_overlap, 0.0)
     # sharded-gradient reductions issued after a pipeline stage's last backward (torch pipelining's
     # REDUCE_GRAD, RuntimeSpec comm.pp_reduce_exposed) have no backward left to hide under
-    win_rs = np.where((_w(p.pp) > 1) & bool(t.rt.comm.pp_reduce_exposed), 0.0, win_b)
+    win_rs = np.where(k1 & bool(t.rt.comm.pp_reduce_exposed), 0.0, win_b)
     Li = np.maximum(Mm.layers_on_stage(ctx, p, i), 1.0)
+    # without K1 under PP each virtual stage is its own FSDP root: its forward's first gather has no
+    # prefetch ahead of it and its backward ends at the root's post-backward callback, which orders
+    # the compute stream past that stage's reduce-scatters (RuntimeSpec comm.pp_defer_grad_sync) —
+    # the exposed tail is one layer of each of the v chunks, i.e. a window of Li/v layers
+    v_ch = np.where((_w(p.pp) > 1) & (_w(p.sched) == 1), np.maximum(_w(p.vpp), 1.0), 1.0)
+    Lt = np.where((_w(p.pp) > 1) & ~k1, np.maximum(Li / v_ch, 1.0), Li)
     # A CPU "device" computes on the thread that issues the collectives: a gather issued at a
     # module's pre-forward/pre-backward hook cannot run ahead of it (GPU prefetch comes from the host
     # running ahead of the device stream); reductions are async and can still overlap
@@ -389,7 +398,8 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
         # FSDP2 copy-out of each gather and copy-in of each reduction (RuntimeSpec comm.fsdp_copies),
         # HBM passes over the whole unit, on the compute stream; ZeRO-1/2 reduce flat buckets
         c_ag = K.membound_time(hw, psi * bP * 2.0, ncoll)
-        c_rs = K.membound_time(hw, psi * (bG + np.where(gm >= 1, bGr, bG)), ncoll)
+        c_rs = K.membound_time(hw, psi * bG + psi_d * np.where(gm >= 1, bGr, bG)
+                               + psi_e * np.where(gm >= 1, bGe, bG), ncoll)
 
     # exposed time per sharding mode; each is evaluated only on the plans in that mode (`_by_code`),
     # `s` restricting an input to them
@@ -400,16 +410,17 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
         return hidden_tail(s(rs_in), s(win_b), s(Li), sms) + hidden_tail(s(agP), s(win_f_ag), s(Li), sms)
 
     def ex2(s):      # ZeRO-2: RS (+ HSDP AR) every micro-batch backward
-        return s(m) * hidden_tail(s(rs_in), s(win_rs), s(Li), sms) + hidden_tail(s(agP), s(win_f_ag), s(Li), sms)
+        return s(m) * hidden_tail(s(rs_in), s(win_rs), s(Lt), sms) + hidden_tail(s(agP), s(win_f_ag), s(Lt), sms)
 
     def ex3(s):      # ZeRO-3: AG prefetched under forward, AG + RS under backward, every micro-batch
         a, ri, w_b, w_rs, L, pf = s(agP), s(rs_in), s(win_b), s(win_rs), s(Li), s(pf_b)
+        T = s(Lt)
         if sync_dev:
-            bwd3 = np.where(pf, a + hidden_tail(ri, w_rs, L, sms), a + s(rsG) + s(inter))
+            bwd3 = np.where(pf, a + hidden_tail(ri, w_rs, T, sms), a + s(rsG) + s(inter))
         else:
-            bwd3 = np.where(pf, np.where(w_rs < w_b, hidden_tail(a, w_b, L, sms) + s(rsG) + s(inter),
-                                         hidden_tail(a + s(rsG) + s(inter), w_b, L, sms)), a + s(rsG) + s(inter))
-        out = s(m) * (hidden_tail(a, s(win_f_ag), L, sms) + bwd3)
+            bwd3 = np.where(pf, np.where(w_rs < w_b, hidden_tail(a, w_b, T, sms) + s(rsG) + s(inter),
+                                         hidden_tail(a + s(rsG) + s(inter), w_b, T, sms)), a + s(rsG) + s(inter))
+        out = s(m) * (hidden_tail(a, s(win_f_ag), T, sms) + bwd3)
         if any_fsync and np.any(s(fsync)):
             Al = s(agS) / s(Lc)
             fe, be = fetch_sync_exposed(s(t_f) / L, s(t_b) / L, Al, u, s(full), s(co))
@@ -420,7 +431,7 @@ def _dp_exposed(ctx, hw, p, t_f, t_b, i, want_total: bool = True):
         return out
 
     def exh(s):      # ZeRO-3 without resharding after forward: P held from forward to backward
-        out = s(m) * (hidden_tail(s(agP), s(win_f_ag), s(Li), sms) + hidden_tail(s(rs_in), s(win_rs), s(Li), sms))
+        out = s(m) * (hidden_tail(s(agP), s(win_f_ag), s(Lt), sms) + hidden_tail(s(rs_in), s(win_rs), s(Lt), sms))
         return out + s(m) * (s(c_ag) + s(c_rs)) if copies else out
 
     def exk(s):      # K1: gathers once (m + 1 times with resharding), one RS(G) at reduce width after the

@@ -35,10 +35,12 @@ class Placement:
         return rows
 
 
-def compose(plan) -> Placement:
+def compose(plan, defer_grad_sync: bool = True) -> Placement:
+    """The plan's placement; `defer_grad_sync` False: the runtime's pipeline syncs every micro-batch
+    (RuntimeSpec comm.pp_defer_grad_sync), so K1's in-step placement does not apply."""
     p_m, g_m, o_m = dp_modes(plan)
     notes = []
-    k1 = plan.pp > 1 and plan.zero >= 2
+    k1 = plan.pp > 1 and plan.zero >= 2 and defer_grad_sync
     if k1:
         notes.append("K1: pipeline micro-batching keeps P and G unsharded within the step "
                      "(torch pipelining + FSDP2); one AG(P) + one RS(G) per step")

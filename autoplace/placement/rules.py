@@ -248,8 +248,11 @@ RULES: list[Rule] = [
     # ---- semantic ------------------------------------------------------------------------------
     Rule("K1", "semantic", "PP × ZeRO-2/3: in-step P and G unsharded (torch pipelining + FSDP2)",
          lambda c, p: (_a(p.pp) > 1) & (_a(p.zero) >= 2),
-         lambda c, p: "pp > 1 with ZeRO-2/3: modelled as torch pipelining + FSDP2 — P and G held unsharded "
-                      "within the step, one AG(P) + one RS(G) per step; DeepSpeed's PipelineEngine rejects it",
+         lambda c, p: ("pp > 1 with ZeRO-2/3: modelled as torch pipelining + FSDP2 — P and G held unsharded "
+                       "within the step, one AG(P) + one RS(G) per step; DeepSpeed's PipelineEngine rejects it")
+         if c.train.rt.comm.pp_defer_grad_sync else
+         (f"pp > 1 with ZeRO-2/3 on {c.train.rt.name}: its pipeline stage module is not itself sharded, so "
+          "every micro-batch's backward reduce-scatters and reshards (comm.pp_defer_grad_sync = false)"),
          illegal=False),
     Rule("K2", "semantic", "offload requires the matching sharding",
          lambda c, p: ((_a(p.off) >= 1) & (_a(p.o_mode) == 0))

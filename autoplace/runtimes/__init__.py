@@ -146,13 +146,41 @@ ALIASES = {"megatron": "megatron-core", "mcore": "megatron-core", "nemo": "megat
            "ds": "deepspeed", "automodel": "nemo-automodel", "fsdp": "llm-foundry", "native": "torch-native"}
 
 
-@lru_cache(maxsize=64)
-def _load(path: str) -> RuntimeSpec:
+def _read(path: str) -> dict:
     try:
         from autoplace.safe import read_text
-        raw = tomllib.loads(read_text(path, "--runtime"))
+        return tomllib.loads(read_text(path, "--runtime"))
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"runtime {Path(path).name}: invalid TOML ({str(e).splitlines()[0]})") from None
+
+
+def _extended(raw: dict, src: str) -> dict:
+    """`extends = "<built-in runtime>"`: that runtime's document with this one's keys on top, table
+    by table (a later release of a stack states only what changed). Only shipped runtimes can be
+    extended, one level deep."""
+    base = raw.pop("extends")
+    names = available_runtimes()
+    if not isinstance(base, str) or base not in names:
+        from autoplace import safe
+        raise InputError(f"runtime {src}: extends must name a built-in runtime ({', '.join(names)}), "
+                         f"got {safe.one_line(repr(base), 60)}")
+    braw = _read(str(RUNTIME_DIR / f"{base}.toml"))
+    if "extends" in braw:
+        raise InputError(f"runtime {src}: '{base}' extends another runtime; extend that one directly")
+    out = {k: v for k, v in braw.items() if k not in SECTIONS}
+    out.update({k: v for k, v in raw.items() if k not in SECTIONS})
+    for sec in SECTIONS:
+        mine = raw.get(sec, {})
+        if sec in braw or sec in raw:
+            out[sec] = {**braw.get(sec, {}), **mine} if isinstance(mine, dict) else mine
+    return out
+
+
+@lru_cache(maxsize=64)
+def _load(path: str) -> RuntimeSpec:
+    raw = _read(path)
+    if "extends" in raw:
+        raw = _extended(raw, Path(path).name)
     return runtime_from_dict(raw, path)
 
 

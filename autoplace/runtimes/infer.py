@@ -43,6 +43,22 @@ AUTOMODEL_TABLE = (r"performance summary|performance-summary|benchmark", {"exper
                    "NeMo AutoModel benchmark configs: fake balanced gate (a token's experts are consecutive)")
 
 
+# NeMo AutoModel's performance summary: its custom-MoE rows (the "DeepEP" kernel column) were published
+# by PR #562 (89e3a9fdd, 2025-10-06) and not re-measured, so they ran the October 2025 MoE parallelizer
+# (runtimes/nemo-automodel-2025.toml); rows naming a 26.xx release ran later code
+AUTOMODEL_2025 = (r"performance[- ]summary", r"deepep", r"\(2[6-9]\.\d\d\)")
+
+
+def automodel_era(text: str) -> tuple[str, str]:
+    """(runtime, why) for a NeMo AutoModel record: its performance summary's MoE rows → the Oct 2025
+    stack, everything else → today's."""
+    table, kern, later = AUTOMODEL_2025
+    if re.search(table, text) and re.search(kern, text) and not re.search(later, text):
+        return ("nemo-automodel-2025", "NeMo AutoModel performance summary, MoE row (DeepEP): published by "
+                "PR #562 (2025-10-06), the Oct 2025 MoE parallelizer (FSDP2 on the inner model only)")
+    return "nemo-automodel", "NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)"
+
+
 def benchmark_overrides(text: str, runtime: str) -> tuple[dict, dict, str]:
     """(TrainingSpec overrides, runtime [comm] overrides, why) the record's source implies for its
     runtime: the benchmark-mode settings of NVIDIA's published tables."""
@@ -50,7 +66,7 @@ def benchmark_overrides(text: str, runtime: str) -> tuple[dict, dict, str]:
     if runtime.startswith("megatron-core") and re.search(pat, text):
         return dict(over), {}, why
     pat, comm, why = AUTOMODEL_TABLE
-    if runtime == "nemo-automodel" and re.search(pat, text):
+    if runtime.startswith("nemo-automodel") and re.search(pat, text):
         return {}, dict(comm), why
     return {}, {}, ""
 
@@ -61,6 +77,8 @@ def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsd
     and whether its model is a GPT-style (Megatron-era) shape."""
     for pat, name, why in _NAMED:
         if re.search(pat, text):
+            if name == "nemo-automodel":
+                return automodel_era(text)
             if name == "torchtitan" and re.search(r"torch\.compile|compile[d]?\b(?! off)", text) and \
                     not re.search(r"no compile|without compile|compile off|eager", text):
                 return "torchtitan-compile", "torchtitan with torch.compile"

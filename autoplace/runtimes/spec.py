@@ -224,6 +224,17 @@ class CommBehaviour:
     (`_PipelineStageBase.perform_reduce_grad` → `_root_post_backward_final_callback`), so with
     pp > 1 the reduce-scatter does not hide under the backward layer by layer. False: the
     reductions are issued from per-module backward hooks (FSDP/ZeRO/Megatron DDP buckets)."""
+    pp_defer_grad_sync: bool = True
+    """Under pipeline parallelism FSDP2's gradient sync and resharding wait for a stage's last
+    backward (the K1 in-step placement, placement_semantics §K1): torch.distributed.pipelining
+    turns them off on the stage module for every other backward, which it can only do when the
+    stage module is itself an `FSDPModule` (`_PipelineStageBase.backward_maybe_with_nosync`).
+    False: the stack shards only sub-modules of the stage (NeMo AutoModel's MoE parallelizer
+    before Nov 2025: `fully_shard(model.model)`, not the outer causal-LM module), so the pipeline
+    takes its "non-DP submodule, regular backward" branch and every micro-batch's backward
+    reduce-scatters and reshards through FSDP2's own hooks — the per-micro-batch choice of K1's
+    general model, each virtual stage waiting for its reductions at its root's post-backward
+    callback."""
     tp_overlap_share: float = 1.0
     """Share of the sequence-parallel TP collectives that the stack's TP/GEMM overlap (`tp_overlap`)
     hides under the GEMMs: exposed = (1 − h)·c + h·(max(c − GEMM, 0) + c/8). 1: Transformer Engine's
@@ -308,6 +319,11 @@ class Defaults:
     """Gradient accumulation repeats the whole pipeline schedule, one per local batch, each with its
     fill and drain (torch.distributed.pipelining `schedule.step` per local batch: torchtitan, NeMo
     AutoModel); False: every micro-batch of the step goes through one schedule (Megatron)."""
+    expert_reduce_native: bool = False
+    """The experts' own FSDP wrapping has no mixed-precision policy, so their gradients accumulate
+    and reduce-scatter in the parameter dtype (b_G), not at `grad_reduce_bytes` (NeMo AutoModel's
+    MoE parallelizer: `fully_shard(experts, mesh=ep_shard_mesh, shard_placement_fn=Shard(1))`
+    with no `mp_policy`, at 89e3a9fdd and e45812012); False: as the dense parameters."""
     moe_reshard_after_forward: bool | None = None
     """The same for MoE models where the stack shards them by another code path (NeMo AutoModel's
     MoE parallelizer: `MoEParallelizerConfig.reshard_after_forward = False`); None → as dense."""

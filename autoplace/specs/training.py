@@ -91,6 +91,12 @@ class TrainingSpec:
         return self.grad_reduce_bytes or self.b_G
 
     @property
+    def b_G_reduce_expert(self) -> int:
+        """Reduce width of the experts' gradients (RuntimeSpec defaults.expert_reduce_native)."""
+        rt = self.rt if self.runtime is not None else None
+        return self.b_G if rt is not None and rt.defaults.expert_reduce_native else self.b_G_reduce
+
+    @property
     def b_A(self) -> int:
         """Activation element width (fp8 training keeps bf16 activations between GEMMs)."""
         return 4 if self.precision == "fp32" else 2
