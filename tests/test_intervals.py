@@ -22,8 +22,8 @@ RES = {"megatron-core|dense|hopper": [("A", 0.1), ("A", -0.1), ("B", 0.2)],
 
 
 def test_spread_shrinks_down_the_hierarchy_by_source_count():
-    """σ² = (S·a² + K·σ²_parent)/(S + K) down all → family → family×kind → family×generation →
-    class, a the source-weighted mean of |r| (each source weighs 1 in total), K = SHRINK = 2."""
+    """σ² = (S·a² + K·σ²_parent)/(S + K) down all → family → family×kind → family×kind×generation
+    → class, a the source-weighted mean of |r| (each source weighs 1 in total), K = SHRINK = 2."""
     K = IV.SHRINK
     a_all = (0.1 + 0.2 + 0.05 + 0.3) / 4                                # sources A, B, C, D
     a_meg = (0.1 + 0.2 + 0.05) / 3                                      # A, B, C: the megatron family
@@ -31,7 +31,7 @@ def test_spread_shrinks_down_the_hierarchy_by_source_count():
     v = a_all ** 2
     v = (3 * a_meg ** 2 + K * v) / (3 + K)                              # family
     v = (3 * a_meg ** 2 + K * v) / (3 + K)                              # family × dense: the same runs
-    v = (2 * a_hop ** 2 + K * v) / (2 + K)                              # family × hopper
+    v = (2 * a_hop ** 2 + K * v) / (2 + K)                              # family × dense × hopper
     v = (2 * a_hop ** 2 + K * v) / (2 + K)                              # the class holds A, B too
     s, deepest = IV.spread(RES, "megatron-core|dense|hopper")
     assert s == pytest.approx(math.sqrt(v), rel=1e-12) and deepest == "megatron-core|dense|hopper"
@@ -51,6 +51,24 @@ def test_spread_shrinks_down_the_hierarchy_by_source_count():
     assert IV.spread(RES, "llm-foundry|dense|ampere")[0] > IV.spread(RES, "megatron-core|dense|ampere")[0]
     # a class no run has falls back to the deepest level that has runs
     assert IV.spread(RES, "deepspeed|moe|blackwell")[1] == "*"
+
+
+def test_a_dense_class_never_borrows_from_moe_runs_on_its_gpu():
+    """The hierarchy is nested: (family, kind, generation) sits under (family, kind), so a dense
+    PyTorch stack on Hopper with no runs of its own borrows from the dense PyTorch runs on Hopper,
+    not from MoE runs there (an AutoModel MoE row, E, is no evidence about llm-foundry's GEMMs).
+    By hand, with K = SHRINK: all (A, B, C, D, E) → torch (D, E) → torch dense (D) → torch dense
+    hopper (D)."""
+    K = IV.SHRINK
+    res = {**RES, "nemo-automodel|moe|hopper": [("E", 0.02)]}
+    v = ((0.1 + 0.2 + 0.05 + 0.3 + 0.02) / 5) ** 2
+    v = (2 * ((0.3 + 0.02) / 2) ** 2 + K * v) / (2 + K)
+    v = (1 * 0.3 ** 2 + K * v) / (1 + K)
+    v = (1 * 0.3 ** 2 + K * v) / (1 + K)
+    s, deepest = IV.spread(res, "torchtitan|dense|hopper")
+    assert deepest == "@torch|dense|hopper" and s == pytest.approx(math.sqrt(v), rel=1e-12)
+    assert "the torch-family dense runs on hopper" in IV.borrowed(
+        {"class": "torchtitan|dense|hopper", "pool": deepest, "n": 1})
 
 
 def test_interval_is_the_scaled_score_quantile():
@@ -140,7 +158,7 @@ def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
     assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "megatron-core|dense|hopper", "n": 9}) == ""
     assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "*", "n": 26}) == (
         "no megatron-core run of this kind in the validation sets: spread borrowed from all validation runs, n = 26")
-    assert "the torch-family runs on hopper" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|*|hopper"})
+    assert "the torch-family moe runs on hopper" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|moe|hopper"})
     assert "the torch-family moe runs, n = 7" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|moe|*", "n": 7})
     assert "the megatron-family runs, n" in IV.borrowed({"class": "megatron-core|moe|cdna", "pool": "@megatron|*|*"})
     assert "all validation runs" in IV.borrowed({"class": "deepspeed|dense|cdna", "pool": "*"})

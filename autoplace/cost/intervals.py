@@ -15,8 +15,9 @@ as the 80 % one: the widest negative score, `exact: false`).
 - **Class** c = runtime × dense/MoE × hardware generation (`class_key`).
 - **Spread** σ_c (`spread`): the mean absolute residual |r| (its bias included; the scale ρ̂ of
   Lei et al. 2018 §5.2 is a fitted mean absolute deviation, which one far-off run moves less than
-  a root mean square) down a hierarchy all runs → the runtime family → (family, dense/MoE) →
-  (family, generation) → the class, each level shrunk toward the one above by the number of
+  a root mean square) down a nested hierarchy all runs → the runtime family → (family, dense/MoE)
+  → (family, dense/MoE, generation) → the class, each level a subset of the one above (a dense
+  class never borrows from MoE runs on its GPU), each shrunk toward the one above by the number of
   sources S it holds: σ² = (S·a² + K·σ²_parent) / (S + K), a the level's mean |r|, K = `SHRINK`
   (empirical-Bayes pooling of a Mondrian partition: a class with one source borrows most of its
   spread from above, a class with many keeps its own). The stack comes first: how well a stack's
@@ -51,11 +52,15 @@ FAMILIES = {"megatron-core": "megatron", "megatron-core-0.11": "megatron", "mega
             "megatron-lm-2022": "megatron", "deepspeed": "deepspeed", "deepspeed-2021": "deepspeed",
             "torchtitan": "torch", "torchtitan-compile": "torch", "llm-foundry": "torch",
             "torch-native": "torch", "accelerate": "torch", "nemo-automodel": "torch"}
+# an earlier release that a runtime file `extends` shares the stack's class: same kernels and host
+# costs, one spread
+RELEASES = {"nemo-automodel-2025": "nemo-automodel"}
 GENERATIONS = {"volta": "volta", "ampere": "ampere", "hopper": "hopper", "blackwell": "blackwell",
                "cdna3": "cdna", "cdna4": "cdna", "cpu": "cpu"}
 
 
 def class_key(runtime: str, moe: bool, arch: str) -> str:
+    runtime = RELEASES.get(runtime, runtime)
     return f"{runtime}|{'moe' if moe else 'dense'}|{GENERATIONS.get(arch, arch or '?')}"
 
 
@@ -70,7 +75,8 @@ def levels(key: str) -> list[tuple[str, object]]:
     return [("*", lambda k: True),
             (f"@{fam}|*|*", lambda k: parts(k)[3] == fam),
             (f"@{fam}|{kind}|*", lambda k: parts(k)[3] == fam and parts(k)[1] == kind),
-            (f"@{fam}|*|{gen}", lambda k: parts(k)[2] == gen and parts(k)[3] == fam),
+            (f"@{fam}|{kind}|{gen}",
+             lambda k: parts(k)[3] == fam and parts(k)[1] == kind and parts(k)[2] == gen),
             (key, lambda k: k == key)]
 
 
