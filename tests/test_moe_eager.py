@@ -143,3 +143,42 @@ def test_sink_attention_runs_at_the_runtimes_sink_kernel_rate():
         K.head_dim_factor(hw, OSS, hw.peak("bf16") * hw.attention_eff("cudnn"))
     assert ratio == pytest.approx(hw.attention_eff("cudnn") / hw.attention_eff("flash2") / hf, rel=1e-9)
     assert all(float(a[k]) == float(b[k]) for k in a if k not in ("attn_f", "attn_b"))
+
+
+def _fused_layer(model, name, precision="fp8", hw="b200", plan="ep=8,zero=1,mbs=4"):
+    rt = apply_settings(load_runtime(name), ["moe_fused_mlp=true"])
+    t = training_spec(rt, seq_len=4096, global_batch=64, precision=precision,
+                      fp8_recipe="mxfp8" if precision == "fp8" and hw != "h100" else "")
+    ctx = Ctx(model, t, 8)
+    h = load_hardware(hw)
+    return K.layer_compute_times(ctx, h, parse_plan(plan)), h, t
+
+
+def test_the_2606_01_dglu_dbias_kernel_slows_fc2_dgrad_of_biased_experts_only():
+    """NeMo 26.06.01 (cudnn-frontend 1.24–1.25): the fused grouped MLP's FC2-dgrad + dGLU + dbias
+    kernel took 1362.768 µs where the fixed one takes 155.632 µs (cudnn-frontend PR #322): by hand,
+    gpt-oss-120b at ep 8 on a B200, MXFP8, T = 4·4096 tokens, top-4 over 128 / 8 = 16 local experts
+    → 4,096 rows per expert; FC2 is 2880 × 2880. The backward grows by (8.756 − 1) × the FC2 grouped
+    GEMM time, nothing else moves."""
+    rt = load_runtime("megatron-core-26.06.01")
+    assert rt.kernels.moe_dglu_dbias_factor == pytest.approx(1362.768 / 155.632, abs=5e-4)
+    a, hw, t = _fused_layer(OSS, "megatron-core")
+    b, _, _ = _fused_layer(OSS, "megatron-core-26.06.01")
+    fmt = K.GemmFormat(t, hw)
+    assert fmt.recipe.name == "mxfp8"
+    fc2 = K.gemm_time(hw, 4096, H, 2880, fmt.bytes, fmt.peak, 16, fmt.eff)
+    assert float(b["gemm_b"] - a["gemm_b"]) == pytest.approx((8.756 - 1.0) * float(fc2), rel=1e-12)
+    assert all(float(a[k]) == float(b[k]) for k in a if k != "gemm_b")
+
+
+@pytest.mark.parametrize("model,precision,hw,plan", [
+    ("qwen3-30b-a3b", "fp8", "b200", "ep=8,zero=1,mbs=4"),      # experts without biases: dbias off, 139 µs either way
+    ("gpt-oss-120b", "bf16", "b200", "ep=8,zero=1,mbs=4"),      # not block-scaled: not that kernel
+    ("gpt-oss-120b", "fp8", "h100", "ep=8,zero=1,mbs=4"),       # Hopper: no sm100 kernel
+    ("gpt-oss-120b", "fp8", "b200", "tp=2,sp=1,ep=4,etp=2,zero=1,mbs=4"),   # expert TP 2: the unfused module
+])
+def test_the_dglu_dbias_regression_leaves_other_plans_alone(model, precision, hw, plan):
+    m = get_preset(model)
+    a, _, _ = _fused_layer(m, "megatron-core", precision, hw, plan)
+    b, _, _ = _fused_layer(m, "megatron-core-26.06.01", precision, hw, plan)
+    assert all(float(a[k]) == float(b[k]) for k in a)

@@ -171,14 +171,18 @@ def test_every_kernels_field_is_read_by_the_cost_model():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
         extra = {"gemm_rate_archs": (HW.arch,)} if f.name == "gemm_rate" else {}   # a rate on this GPU's arch
-        rt = replace(BASE, kernels=replace(BASE.kernels, **{f.name: type(v)(v * 2 + 1)}, **extra))
+        # the fused grouped MLP's dGLU-dbias kernel: block-scaled GEMMs on Blackwell, the op fuser on
+        dglu = f.name == "moe_dglu_dbias_factor"
+        base = replace(BASE, kernels=replace(BASE.kernels, moe_fused_mlp=True)) if dglu else BASE
+        hw, prec = (load_hardware("b200"), {"precision": "fp8", "fp8_recipe": "mxfp8"}) if dglu else (HW, {})
+        rt = replace(base, kernels=replace(base.kernels, **{f.name: type(v)(v * 2 + 1)}, **extra))
         out = []
         for model in (MODEL, moe, oss):
-            for r in (BASE, rt):
-                t = training_spec(r, seq_len=4096, global_batch=64, regime="zero")
+            for r in (base, rt):
+                t = training_spec(r, seq_len=4096, global_batch=64, regime="zero", **prec)
                 ctx = Ctx(model, t, 8)
                 p = Plan(dp=8, ep=8 if model.is_moe else 1, mbs=1).resolved(8)
-                lt, ht = K.layer_compute_times(ctx, HW, p), K.head_compute_times(ctx, HW, p)
+                lt, ht = K.layer_compute_times(ctx, hw, p), K.head_compute_times(ctx, hw, p)
                 out.append(sum(_f(v) for kk, v in list(lt.items()) + list(ht.items()) if "flops" not in kk))
         assert any(out[i] != out[i + 1] for i in range(0, len(out), 2)), f.name
 

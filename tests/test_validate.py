@@ -427,6 +427,22 @@ def test_automodel_era_follows_the_printed_row():
     assert runtime_for_record("nemo automodel deepep moe recipe", 2026)[0] == "nemo-automodel"
 
 
+def test_bridge_container_picks_the_26_06_01_runtime_from_the_source_only():
+    """A Megatron-Bridge row from the 26.06.01 container (named in its citation / table) maps to the
+    runtime with that container's cudnn-frontend kernel; 26.06 and 26.08 rows, and a 26.06.01 that
+    appears only in free text the mapping does not read, keep today's runtime."""
+    from autoplace.runtimes.infer import runtime_for_record
+    row = ("nvidia nemo megatron-bridge performance summary archive, 26.06.01 nemo container "
+           "26.06.01 nemo container, pre-training performance, model: gpt oss 120b table")
+    assert runtime_for_record(row, 2026)[0] == "megatron-core-26.06.01"
+    for other in ("26.06 nemo container", "26.08 nemo container", "26.06.011 nemo container"):
+        assert runtime_for_record(row.replace("26.06.01 nemo container", other), 2026)[0] == "megatron-core"
+    rec = {"id": "x", "source": {"citation": "Megatron-Bridge performance summary, 26.06 NeMo container"},
+           "notes": "compare the 26.06.01 container"}
+    from autoplace.validate.record import record_fields_text
+    assert runtime_for_record(record_fields_text(rec), 2026)[0] == "megatron-core"
+
+
 # ---- per-metric error arithmetic --------------------------------------------------------------
 def _predicted_step(rec):
     mp = map_shaped(rec)

@@ -296,12 +296,19 @@ def layer_compute_times(ctx, hw, p):
         Me = T * g_exp * m.top_k                           # tokens routed to this rank's experts (balanced)
         n_local = m.num_experts / _w(p.ep)
         Mper = Me / n_local                                # per expert GEMM rows
+        dglu_slow = (kern.moe_fused_mlp and m.expert_bias and kern.moe_dglu_dbias_factor != 1.0
+                     and fmt.recipe is not None and fmt.recipe.min_arch == "blackwell"
+                     and getattr(hw, "arch", "") == "blackwell")
         for (N, K, col) in ((gmul * fe, h, True), (h, fe, False)):
             if kern.moe_grouped_gemm:
                 f, b = gemm(Mper, N, K, batch=n_local)     # one grouped GEMM over the local experts
             else:
                 f, b = gemm(Mper, N, K)
                 f, b = n_local * f, n_local * b
+            if not col and dglu_slow:
+                # FC2's dgrad runs fused with dGLU + dbias (Kernels.moe_dglu_dbias_factor): the
+                # dgrad (the forward's shape) takes factor × its GEMM time
+                b = b + np.where(_w(p.t_exp) <= 1, kern.moe_dglu_dbias_factor - 1.0, 0.0) * f
             gf, gbk = gf + fm * f, gbk + fm * b
             gexp_f = gexp_f + fm * f
             n_exp_ops = n_exp_ops + fm * (1.0 if kern.moe_grouped_gemm else n_local)

@@ -39,6 +39,7 @@ _NUMBER_DOMAINS = {   # field → (low, high, low exclusive); the rest: 0 ≤ x 
     "a2a_efficiency": (0.0, 10.0, True),
     "tp_overlap_share": (0.0, 1.0, False),
     "gemm_rate": (0.0, 2.0, True),
+    "moe_dglu_dbias_factor": (1.0, 100.0, False),
     "reserve_frac": (0.0, 10.0, False),
     "micro_batch": (1, 1 << 30, False),
     "zero": (0, 3, False),

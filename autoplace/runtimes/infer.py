@@ -49,6 +49,23 @@ AUTOMODEL_TABLE = (r"performance summary|performance-summary|benchmark", {"exper
 AUTOMODEL_2025 = (r"performance[- ]summary", r"deepep", r"\(2[6-9]\.\d\d\)")
 
 
+# Megatron-Bridge containers whose stack differs from today's runtime file in a way the tables show:
+# (container named in the record's source, runtime, why)
+BRIDGE_CONTAINERS = (
+    (r"\b26\.06\.01\b", "megatron-core-26.06.01",
+     "NeMo 26.06.01 container (Megatron-Bridge 0.5.1): cudnn-frontend's dGLU-dbias kernel regression, #256"),
+)
+
+
+def bridge_container(text: str) -> tuple[str, str]:
+    """(runtime, why) for a Megatron-Bridge record: the container its source names, when that
+    container's stack has a runtime file of its own (BRIDGE_CONTAINERS), else today's."""
+    for pat, name, why in BRIDGE_CONTAINERS:
+        if re.search(pat, text):
+            return name, why
+    return "megatron-core", "Megatron-Bridge (Megatron-Core + TE)"
+
+
 def automodel_era(text: str) -> tuple[str, str]:
     """(runtime, why) for a NeMo AutoModel record: its performance summary's MoE rows → the Oct 2025
     stack, everything else → today's."""
@@ -79,6 +96,8 @@ def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsd
         if re.search(pat, text):
             if name == "nemo-automodel":
                 return automodel_era(text)
+            if name == "megatron-core":
+                return bridge_container(text)
             if name == "torchtitan" and re.search(r"torch\.compile|compile[d]?\b(?! off)", text) and \
                     not re.search(r"no compile|without compile|compile off|eager", text):
                 return "torchtitan-compile", "torchtitan with torch.compile"

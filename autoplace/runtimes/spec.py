@@ -142,6 +142,14 @@ class Kernels:
     MLP): biases and a clamped GLU inside TE's fused kernels, so `moe_bias_eager` and
     `glu_clamp_eager` lapse — with expert TP 1 only (`TEGroupedMLP._is_fused_impl_supported` falls
     back to the unfused module otherwise). Set it with the `moe_fused_mlp` switch."""
+    moe_dglu_dbias_factor: float = 1.0
+    """Time of the fused grouped MLP's backward FC2-dgrad + dGLU kernel, as a multiple of the FC2
+    dgrad GEMM, when it also reduces the expert-bias gradient (`moe_fused_mlp`, expert TP 1, models
+    with `expert_bias`, block-scaled MXFP8/NVFP4 GEMMs on Blackwell: cuDNN frontend's CuTe DSL
+    `grouped_gemm_dglu_wrapper_sm100`, generate_dbias). 1 where that kernel runs at GEMM speed.
+    cudnn-frontend 1.24–1.25 under CUTLASS DSL 4.5 spilled its dbias reduction to local memory:
+    1362.8 µs where the fixed kernel takes 155.6 µs at the issue's shape on a B200 (cudnn-frontend
+    issue #256, fix PR #322, 2026-06-23) — 8.76; without dbias it ran at 139 µs either way."""
     cuda_graphs: bool = False
     """Whole-iteration or per-layer CUDA graphs: kernel launch overhead removed."""
     cuda_graph_experts: bool = False
