@@ -275,6 +275,10 @@ def activation_bytes_per_layer(ctx, p, mode=None):
     drop = 1.0 if t.dropout else 0.0
     kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
     repl = (4 * bA * h + 2 * drop * h) / t_sp
+    if t.rt.memory.tp_saves_gathered_input:
+        # DTensor TP: the QKV and FC1 inputs are saved as gathered (whole sequence), the norm inputs
+        # as the SP shard (RuntimeSpec memory.tp_saves_gathered_input)
+        repl = (2 * bA * h + 2 * drop * h) / t_sp + 2 * bA * h
     if m.mla:
         # latents (inputs of the up-projections, whole on every rank) + per-head Q, K (d_qk), V and
         # the attention output (d_v), ÷ t
@@ -409,11 +413,20 @@ def stage_activation_bytes(ctx, p, i):
 def logits_bytes(ctx, p):
     """Last stage, one micro-batch: logits + loss buffers, B_logit·s·b·V_pad/t with B_logit from the
     runtime (Megatron's fused vocab-parallel CE: 16-bit logits + fp32 buffer = 6, T17; eager torch
-    CE ≈ 12)."""
-    t = ctx.train
+    CE ≈ 12; DTensor's loss_parallel over tp > 1, `loss_parallel_bytes_per_logit`), plus, where the
+    stack's TP saves gathered inputs (`tp_saves_gathered_input`), the output layer's all-gathered
+    input beyond its SP shard: b_A·s·b·h·(1 − 1/t)."""
+    t, mem = ctx.train, ctx.train.rt.memory
+    tp = _w(p.tp)
     s_loc = t.seq_len / _w(p.cp)
-    per = t.rt.memory.loss_bytes_per_logit if t.b_A == 2 else t.b_A + 4.0
-    return per * s_loc * _w(p.mbs) * vocab_padded(ctx, p) / _w(p.tp)
+    per = mem.loss_bytes_per_logit if t.b_A == 2 else t.b_A + 4.0
+    if t.b_A == 2 and mem.loss_parallel_bytes_per_logit:
+        per = np.where(tp > 1, mem.loss_parallel_bytes_per_logit, per)
+    out = per * s_loc * _w(p.mbs) * vocab_padded(ctx, p) / tp
+    if mem.tp_saves_gathered_input:
+        out = out + np.where((tp > 1) & (_w(p.sp) > 0),
+                             t.b_A * s_loc * _w(p.mbs) * ctx.model.hidden * (1.0 - 1.0 / tp), 0.0)
+    return out
 
 
 def transient_bytes(ctx, p, i):

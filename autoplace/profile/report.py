@@ -53,7 +53,8 @@ def runner_runtime(settings: dict, backend: str = "gloo"):
     collective behaviour (what every step-time prediction and `autoplace calibrate` has used) with
     the memory behaviour of the runner's own runtime (`settings.RUNNER_RUNTIME`, torch-native):
     its selective policy replaced by the run's (`selective_policy`), its reserve 0 on CPU and
-    `CUDA_RESERVE_FRAC` on CUDA."""
+    `CUDA_RESERVE_FRAC` on CUDA, and the gathered-input saving of its SP implementation
+    (`sp_impl` "dtensor": torch's layouts save the gathered QKV / FC1 / output inputs)."""
     import dataclasses
 
     from autoplace.profile.settings import RUNNER_RUNTIME, selective_policy
@@ -61,7 +62,8 @@ def runner_runtime(settings: dict, backend: str = "gloo"):
     base = load_runtime(None)
     mem = load_runtime(RUNNER_RUNTIME).memory
     mem = dataclasses.replace(mem, selective=selective_policy(settings),
-                              reserve_frac=CUDA_RESERVE_FRAC if backend == "nccl" else mem.reserve_frac)
+                              reserve_frac=CUDA_RESERVE_FRAC if backend == "nccl" else mem.reserve_frac,
+                              tp_saves_gathered_input=settings.get("sp_impl") == "dtensor")
     return dataclasses.replace(base, memory=mem)
 
 

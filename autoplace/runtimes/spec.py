@@ -192,6 +192,17 @@ class MemoryBehaviour:
     loss_bytes_per_logit: float = 6.0
     """Transient bytes per logit on the last stage: bf16 logits + fp32 loss buffer (Megatron fused
     vocab-parallel CE 6; eager torch CE: bf16 logits, fp32 copy, fp32 log-softmax, ≈ 10–14)."""
+    loss_parallel_bytes_per_logit: float = 0.0
+    """Transient bytes per logit when the loss runs vocab-parallel over TP (tp > 1), where it differs
+    from `loss_bytes_per_logit` (0: the same). DTensor's `loss_parallel` in eager mode
+    (torch.distributed.tensor.parallel.loss): the forward materialises x − max and exp(·) in fp32
+    beside the fp32 input (14 B with the bf16 logits); the fused NLL + log-softmax backward holds
+    the saved fp32 log-probabilities, a zeroed fp32 gradient, exp(·) and their sum (16 B)."""
+    tp_saves_gathered_input: bool = False
+    """DTensor tensor parallelism (ColwiseParallel after SequenceParallel, torch.distributed.tensor
+    .parallel): a column-parallel linear saves its all-gathered (Replicate) input for backward, the
+    whole sequence rather than the rank's SP shard — the QKV and FC1 inputs of a layer and the output
+    layer's input. Megatron-Core's SP linears save the shard and all-gather it again in backward."""
     fsdp_prefetch_units: int = 2
     """FSDP all-gather outputs alive in forward (the current unit and the prefetched one)."""
     selective: str = "attention"

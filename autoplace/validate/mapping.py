@@ -163,7 +163,8 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
         # Dec 2024 – Apr 2025): the loss kernel and its buffers of the family's eager runtime
         eager = load_runtime(rt.family)
         sets += [("kernels.loss", eager.kernels.loss), ("kernels.loss_passes", eager.kernels.loss_passes),
-                 ("memory.loss_bytes_per_logit", eager.memory.loss_bytes_per_logit)]
+                 ("memory.loss_bytes_per_logit", eager.memory.loss_bytes_per_logit),
+                 ("memory.loss_parallel_bytes_per_logit", eager.memory.loss_parallel_bytes_per_logit)]
     if knobs.get("cutedsl_fused_grouped_mlp") is True or knobs.get("use_transformer_engine_op_fuser") is True:
         sets.append(("moe_fused_mlp", True))
     if re.search(r"flexattn|flex attention|flexattention", text):
