@@ -354,7 +354,10 @@ def activation_bytes_per_layer(ctx, p, mode=None):
                 + (1 - fm) * m.ffn_hidden / tp
         else:
             f_saved = m.ffn_hidden / tp
-        selective = sb * (bA * (2 * h / t_sp + 2 * m.q_width / tp + kv_loc + f_saved) + 4.0 * m.heads / tp)
+        # the layer input and w2's output (h each); a compiled block drops w2's, which no backward
+        # op reads (memory.sac_keeps_unread)
+        kept_h = 2.0 if t.rt.memory.sac_keeps_unread else 1.0
+        selective = sb * (bA * (kept_h * h / t_sp + 2 * m.q_width / tp + kv_loc + f_saved) + 4.0 * m.heads / tp)
     ckpt = sb * bA * h / t_sp
     if mode == "all":
         return full, selective, ckpt

@@ -203,6 +203,12 @@ class MemoryBehaviour:
     .parallel): a column-parallel linear saves its all-gathered (Replicate) input for backward, the
     whole sequence rather than the rank's SP shard — the QKV and FC1 inputs of a layer and the output
     layer's input. Megatron-Core's SP linears save the shard and all-gather it again in backward."""
+    sac_keeps_unread: bool = True
+    """Op-level SAC keeps every listed output, the layer's last matmul (w2) included, though no
+    backward op reads it: eager `create_selective_checkpoint_contexts` caches what the policy marks
+    MUST_SAVE. False for a compiled block, whose partitioner saves only what the backward reads:
+    w2's output feeds the residual add alone (`benchmarks/sac_memory.py`: eager − compiled = one
+    16-bit h-tensor per token and layer)."""
     fsdp_prefetch_units: int = 2
     """FSDP all-gather outputs alive in forward (the current unit and the prefetched one)."""
     selective: str = "attention"
