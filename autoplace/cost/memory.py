@@ -321,7 +321,18 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         saved = save * (2 * h / t_sp + m.heads * m.d_v / tp + f_in)
     else:
         saved = 0.0
-    full = sb * (repl + qkvo + core + mlp - saved)
+    if t.rt.memory.eager_saved and bA == 2:
+        # eager model code (RuntimeSpec memory.eager_saved): fp32 copies in each pre-norm (8 B, not
+        # b_A), K and V expanded to the query heads for SDPA, silu's output kept beside its input
+        q_loc = m.heads / tp * m.d_head
+        glu = (fm * (m.top_k * m.f_expert / _w(p.t_exp) * np.where(_w(p.sp) > 0, _w(p.t_exp) / tp, 1.0)
+                     + m.shared_expert_ffn_hidden / tp) if m.is_moe else 0.0) \
+            + ((1 - fm) if m.is_moe else 1.0) * m.ffn_hidden / tp
+        extra = 2 * (8.0 - bA) * h / t_sp + 2 * bA * np.maximum(q_loc - kv_loc, 0.0) * (0.0 if m.mla else 1.0) \
+            + (bA * glu if m.gated_mlp else 0.0)
+    else:
+        extra = 0.0
+    full = sb * (repl + qkvo + core + mlp - saved + extra)
     selective = sb * (repl + qkvo + mlp - saved) + np.where(t.attention == "eager", 0.0, sb * core)
     named, m_core, m_up = module_flags(p)
     if np.any(named):

@@ -203,6 +203,13 @@ class MemoryBehaviour:
     .parallel): a column-parallel linear saves its all-gathered (Replicate) input for backward, the
     whole sequence rather than the rank's SP shard — the QKV and FC1 inputs of a layer and the output
     layer's input. Megatron-Core's SP linears save the shard and all-gather it again in backward."""
+    eager_saved: bool = False
+    """What the stack's eager model code saves for backward beyond the fused-kernel count, without
+    recompute (torchtitan's Llama in eager mode, `benchmarks/sac_memory.py`: 56.5 · h bytes per
+    token and layer where the fused count is 34.0): each pre-norm keeps its fp32 input and fp32
+    normalized product (8 B per element, not the 2 B of a 16-bit input: nn.RMSNorm computes in
+    fp32), SDPA keeps K and V expanded to the query heads (repeat_kv before the call), and SwiGLU
+    keeps silu's output as well as its input (4 f-wide tensors, not 3)."""
     sac_keeps_unread: bool = True
     """Op-level SAC keeps every listed output, the layer's last matmul (w2) included, though no
     backward op reads it: eager `create_selective_checkpoint_contexts` caches what the policy marks
