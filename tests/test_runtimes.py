@@ -510,20 +510,28 @@ def test_automodel_experts_reduce_in_their_own_dtype():
     assert got[False][0] - native == pytest.approx(m * 3 / 4 * _f(psi_e) * (4 - 2), rel=1e-12)
 
 
+def _sac_block_bytes(mode: int) -> dict:
+    """Activation bytes per token and layer, in units of h, of the benchmarks/sac_memory.py block
+    (h 1024, 8 heads, 2 KV heads, f 3584, 2 × 2048 tokens, bf16) under both torchtitan runtimes;
+    mode 0 no recompute, 1 selective (op-level SAC)."""
+    from autoplace.plan import parse_plan
+    from autoplace.specs.model import ModelSpec
+    blk = ModelSpec(name="sac-block", layers=4, hidden=1024, heads=8, kv_heads=2, ffn_hidden=3584,
+                    vocab=32000)
+    p = parse_plan("zero=3,mbs=2" + (",recompute=selective" if mode == 1 else ""))
+    out = {}
+    for name in ("torchtitan", "torchtitan-compile"):
+        t = training_spec(load_runtime(name), seq_len=2048, global_batch=16, precision="bf16")
+        out[name] = float(M.activation_bytes_per_layer(Ctx(blk, t, 8), p, mode)) / (2 * 2048 * 1024)
+    return out
+
+
 def test_a_compiled_sac_block_drops_the_output_no_backward_reads():
     """Op-level SAC keeps the layer input, wq, wv, the SDPA output + LSE, w1 and w2 — 15.53·h bytes
     per token for the benchmark block (h 1024, q 1024, kv 256, f 3584, 8 heads) as eager measures it
     (benchmarks/sac_memory.py, eager 15.54 × h); a compiled block saves what its backward reads, so
     w2's output goes: one bf16 h-tensor less (measured 13.53 × h)."""
-    from autoplace.plan import parse_plan
-    from autoplace.specs.model import ModelSpec
-    blk = ModelSpec(name="sac-block", layers=4, hidden=1024, heads=8, kv_heads=2, ffn_hidden=3584,
-                    vocab=32000)
-    p = parse_plan("zero=3,recompute=selective,mbs=2")
-    per = {}
-    for name in ("torchtitan", "torchtitan-compile"):
-        t = training_spec(load_runtime(name), seq_len=2048, global_batch=16, precision="bf16")
-        per[name] = float(M.activation_bytes_per_layer(Ctx(blk, t, 8), p, 1)) / (2 * 2048 * 1024)
+    per = _sac_block_bytes(1)
     assert load_runtime("torchtitan").memory.sac_keeps_unread
     assert not load_runtime("torchtitan-compile").memory.sac_keeps_unread
     assert per["torchtitan"] == pytest.approx(15.53125, abs=1e-12)
@@ -536,14 +544,6 @@ def test_eager_torchtitan_without_recompute_counts_what_its_code_saves():
     (2 × (8 − 2) · h), K and V expanded from 2 to 8 heads for SDPA (2 × 2 × (1024 − 256)), silu's
     output (2 · 3584) — 56.03 · h, against 56.54 measured; the compiled block stays at the fused
     count (measured 37.03)."""
-    from autoplace.plan import parse_plan
-    from autoplace.specs.model import ModelSpec
-    blk = ModelSpec(name="sac-block", layers=4, hidden=1024, heads=8, kv_heads=2, ffn_hidden=3584,
-                    vocab=32000)
-    p = parse_plan("zero=3,mbs=2")
-    per = {}
-    for name in ("torchtitan", "torchtitan-compile"):
-        t = training_spec(load_runtime(name), seq_len=2048, global_batch=16, precision="bf16")
-        per[name] = float(M.activation_bytes_per_layer(Ctx(blk, t, 8), p, 0)) / (2 * 2048 * 1024)
+    per = _sac_block_bytes(0)
     assert per["torchtitan-compile"] == pytest.approx(34.03125, abs=1e-12)
     assert per["torchtitan"] - per["torchtitan-compile"] == pytest.approx(12.0 + 3.0 + 7.0, abs=1e-12)
