@@ -85,8 +85,14 @@ def test_dtensor_sp_saves_what_the_model_says_on_cpu(tmp_path):
     peak, pred = {}, {}
     for impl in ("dtensor", "megatron"):
         settings = dict(seq_len=256, global_batch=4, steps=1, warmup=1, sp_impl=impl)
-        recs = run_plans(get_preset("llama-tiny"), plans, 2, out_jsonl=tmp_path / f"{impl}.jsonl",
-                         settings=settings, workdir=tmp_path / impl, plan_timeout_s=240)
+        # one relaunch when a worker dies: a gloo worker of the CPU torch build aborted once in CI
+        # with "malloc(): unaligned tcache chunk detected" (SIGABRT, its peer then reset), inside
+        # torch, not in anything measured here; the values asserted below are exact either way
+        for attempt in (1, 2):
+            recs = run_plans(get_preset("llama-tiny"), plans, 2, out_jsonl=tmp_path / f"{impl}{attempt}.jsonl",
+                             settings=settings, workdir=tmp_path / f"{impl}{attempt}", plan_timeout_s=240)
+            if [r["status"] for r in recs] == ["ok", "ok"]:
+                break
         assert [r["status"] for r in recs] == ["ok", "ok"], [r["error"] for r in recs]
         for r in recs:
             peak[impl, r["plan_short"]] = r["ranks"][0]["memory_tracker"]["peak_bytes"]
