@@ -321,15 +321,19 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         saved = save * (2 * h / t_sp + m.heads * m.d_v / tp + f_in)
     else:
         saved = 0.0
+    def f_tok():
+        """One f-wide tensor per token on this rank, over the layer mix: the routed experts' rows
+        (T·top_k·etp/tp under SP) and the shared expert, or the dense MLP."""
+        if m.is_moe:
+            return fm * (g * m.top_k * m.f_expert / _w(p.t_exp) + m.shared_expert_ffn_hidden / tp) \
+                + (1 - fm) * m.ffn_hidden / tp
+        return m.ffn_hidden / tp
     if t.rt.memory.eager_saved and bA == 2:
         # eager model code (RuntimeSpec memory.eager_saved): fp32 copies in each pre-norm (8 B, not
         # b_A), K and V expanded to the query heads for SDPA, silu's output kept beside its input
         q_loc = m.heads / tp * m.d_head
-        glu = (fm * (m.top_k * m.f_expert / _w(p.t_exp) * np.where(_w(p.sp) > 0, _w(p.t_exp) / tp, 1.0)
-                     + m.shared_expert_ffn_hidden / tp) if m.is_moe else 0.0) \
-            + ((1 - fm) if m.is_moe else 1.0) * m.ffn_hidden / tp
         extra = 2 * (8.0 - bA) * h / t_sp + 2 * bA * np.maximum(q_loc - kv_loc, 0.0) * (0.0 if m.mla else 1.0) \
-            + (bA * glu if m.gated_mlp else 0.0)
+            + (bA * f_tok() if m.gated_mlp else 0.0)
     else:
         extra = 0.0
     full = sb * (repl + qkvo + core + mlp - saved + extra)
@@ -360,15 +364,10 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         # torchtitan op-level SAC keeps the layer input, every other matmul output (wq, wv, w1, w2 of
         # wq wk wv wo w1 w3 w2) and the SDPA output + log-sum-exp; norms, RoPE, activations, wk, wo
         # and w3 are recomputed (torchtitan/distributed/activation_checkpoint.py _save_list)
-        if m.is_moe:
-            f_saved = fm * (g * m.top_k * m.f_expert / _w(p.t_exp) + m.shared_expert_ffn_hidden / tp) \
-                + (1 - fm) * m.ffn_hidden / tp
-        else:
-            f_saved = m.ffn_hidden / tp
         # the layer input and w2's output (h each); a compiled block drops w2's, which no backward
         # op reads (memory.sac_keeps_unread)
         kept_h = 2.0 if t.rt.memory.sac_keeps_unread else 1.0
-        selective = sb * (bA * (kept_h * h / t_sp + 2 * m.q_width / tp + kv_loc + f_saved) + 4.0 * m.heads / tp)
+        selective = sb * (bA * (kept_h * h / t_sp + 2 * m.q_width / tp + kv_loc + f_tok()) + 4.0 * m.heads / tp)
     ckpt = sb * bA * h / t_sp
     if mode == "all":
         return full, selective, ckpt
