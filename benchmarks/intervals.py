@@ -48,10 +48,12 @@ def residuals(files) -> list[dict]:
 
 def residuals_of(res, fname: str = "", seen: set | None = None) -> list[dict]:
     """The rows of `residuals` for one file's validation results (a record id already in `seen` is
-    skipped: a run in two files counts once)."""
+    skipped: a run in two files counts once). Only measurements count: an `analytic_estimate` record
+    (another tool's formula, e.g. DeepSpeed's memory estimator) says nothing about how far a real
+    run lands from the prediction, so it neither calibrates nor scores an interval."""
     out, seen = [], (set() if seen is None else seen)
     for r in res:
-        if r.skipped is not None or not r.mapping or r.id in seen:
+        if r.skipped is not None or not r.mapping or r.id in seen or r.record_type == "analytic_estimate":
             continue
         seen.add(r.id)
         key = I.class_key(r.mapping.get("runtime", "?"), bool(r.mapping.get("moe")), r.mapping.get("arch", ""))

@@ -152,9 +152,9 @@ def test_search_table_marks_a_plan_near_the_limit():
 
 
 def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
-    """A class with no validation run of its own (no Megatron run states its memory) borrows its
+    """A class with no validation run of its own (no Megatron MoE run states its memory) borrows its
     spread from a parent level; the user is told which and on how many runs; an interval of its own
-    class says nothing."""
+    class says nothing (Megatron dense memory: the Megatron-LM CI memory tests)."""
     assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "megatron-core|dense|hopper", "n": 9}) == ""
     assert IV.borrowed({"class": "megatron-core|dense|hopper", "pool": "*", "n": 26}) == (
         "no megatron-core run of this kind in the validation sets: spread borrowed from all validation runs, n = 26")
@@ -162,9 +162,14 @@ def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
     assert "the torch-family moe runs, n = 7" in IV.borrowed({"class": "torchtitan|moe|hopper", "pool": "@torch|moe|*", "n": 7})
     assert "the megatron-family runs, n" in IV.borrowed({"class": "megatron-core|moe|cdna", "pool": "@megatron|*|*"})
     assert "all validation runs" in IV.borrowed({"class": "deepspeed|dense|cdna", "pool": "*"})
-    # what `estimate` ships for Megatron memory today: borrowed, and the memory title says so
+    # what `estimate` ships for Megatron memory today: dense Hopper rests on its own class; MoE
+    # borrows, and the memory title says so
     from autoplace.estimate import estimate
     doc = estimate(get_preset("llama3-8b"), load_hardware("h100-sxm-80gb"), TrainingSpec(seq_len=4096, global_batch=64),
                    parse_plan("tp=2,zero=1,mbs=1"), 16)
+    miv = doc["memory"]["interval"]["90"]
+    assert miv["pool"] == miv["class"] == "megatron-core|dense|hopper" and IV.borrowed(miv) == ""
+    doc = estimate(get_preset("mixtral-8x7b"), load_hardware("h100-sxm-80gb"), TrainingSpec(seq_len=4096, global_batch=64),
+                   parse_plan("tp=2,ep=4,zero=1,mbs=1"), 64)
     miv = doc["memory"]["interval"]["90"]
     assert miv["pool"] != miv["class"] and IV.borrowed(miv).startswith("no megatron-core run")

@@ -68,6 +68,23 @@ def memory_kind(key: str, measured: dict) -> str:
     if "allocated" in d:
         return "allocated"
     return "reserved"
+MEMORY_STAGE = "memory_pp_stage"
+"""A qualifier, not a metric: which pipeline stage's rank printed the memory ("first", "last" or
+the stage index; Megatron's `--log-memory-to-tensorboard` writes from the last rank only). Absent:
+the number is the maximum over ranks (torchtitan's tables) and is compared with the binding stage."""
+
+
+def memory_predicted(est: dict, kind: str, measured: dict) -> float:
+    """The predicted bytes of `kind` at the rank the record measured (`MEMORY_STAGE`), else at the
+    binding stage."""
+    stage = measured.get(MEMORY_STAGE)
+    if stage is None:
+        return est["memory"][f"{kind}_bytes"]
+    per = est["memory"]["per_stage"]
+    i = len(per) - 1 if stage == "last" else 0 if stage == "first" else int(stage)
+    return per[i][kind]
+
+
 LAYER = ("layer_forward_ms", "layer_backward_ms", "layer_total_ms")
 NOT_COMPARED = {
     "samples_per_sec": "rounded to whole samples in the source; tokens_per_sec_* carry the same rate",
@@ -243,7 +260,7 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
         dt = mp.train.precision if mp.train.precision in ("fp8", "fp16", "fp32") else "bf16"
         peak, peak_note = mp.hw.peak(dt), f"peak not stated by the source: profile {dt} peak"
     for key, val in measured.items():
-        if key.endswith("_definition"):
+        if key.endswith("_definition") or key == MEMORY_STAGE:
             continue
         meas = _num(val)
         base, bound = base_metric(key)
@@ -262,7 +279,7 @@ def _throughput(res: Result, rec: dict, defs: dict | None = None) -> None:
             # like with like: allocated ↔ max_memory_allocated, reserved ↔ max_memory_reserved (what a
             # framework's memory line prints), device ↔ nvidia-smi (reserved + context + NCCL buffers)
             kind = memory_kind(base, measured)
-            res.entries.append(_entry(res.id, res.source, key, meas, est["memory"][f"{kind}_bytes"] / MEMORY[base],
+            res.entries.append(_entry(res.id, res.source, key, meas, memory_predicted(est, kind, measured) / MEMORY[base],
                                       unit="GiB" if base.endswith("gib") else "GB", compared=kind, **extra))
             continue
         if base not in THROUGHPUT:

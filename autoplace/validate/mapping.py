@@ -158,6 +158,11 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
         sets.append(("moe_dispatch", "hybridep" if disp == "hybridep" else "deepep"))
     if knobs.get("fp8_dot_product_attention") is True:
         sets.append(("fp8_attention", True))
+    drop = knobs.get("hidden_dropout", knobs.get("attention_dropout"))
+    if isinstance(drop, (int, float)) and not isinstance(drop, bool):
+        # Megatron-LM's argument defaults are --hidden-dropout 0.1 --attention-dropout 0.1; a run
+        # that leaves them keeps the dropout masks (and their elementwise passes)
+        sets.append(("defaults.attention_dropout", drop > 0))
     if knobs.get("compile_loss") is False and rt.kernels.loss == "compiled" and rt.family != rt.name:
         # the loss left out of torch.compile while the blocks are compiled (torchtitan e8977b007,
         # Dec 2024 – Apr 2025): the loss kernel and its buffers of the family's eager runtime
