@@ -13,6 +13,7 @@ import numpy as np
 from autoplace.cost.memory import (
     _w,
     block_recompute,
+    cp_kv_bytes,
     k1_active,
     layers_on_stage,
     shard_groups,
@@ -166,10 +167,8 @@ def pp_bytes_stage(ctx, p, i):
 
 # ---- context and expert parallel (§3.5, §3.6) -----------------------------------------------
 def cp_bytes_per_layer(ctx, p):
-    m, t = ctx.model, ctx.train
     c = _w(p.cp)
-    kv_loc = np.maximum(m.a_kv / _w(p.tp), 1.0) * m.d_head
-    S = 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A
+    S = cp_kv_bytes(ctx, p)
     n_coll = np.where(_w(p.rc) == 2, 4.0, 3.0)        # fwd AG, bwd AG + RS; recompute repeats the AG
     return n_coll * (c - 1.0) / c * S
 

@@ -249,6 +249,23 @@ def _state_bytes(ctx, p, i):
 
 
 # ---- activations ----------------------------------------------------------------------------
+def attention_kv_width(ctx, p):
+    """Elements per token of K (or V) as the attention kernel receives them on one rank: the local
+    KV heads × d_head, max(a_kv/t, 1)·d_h, or the local query heads' a/t·d_h where the model code
+    expands GQA's K and V first (RuntimeSpec memory.attention_kv_expanded)."""
+    m = ctx.model
+    kv = np.maximum(m.a_kv / _w(p.tp), 1.0) * m.d_head
+    if ctx.train.rt.memory.attention_kv_expanded and not m.mla:
+        return np.maximum(m.heads / _w(p.tp) * m.d_head, kv)
+    return kv
+
+
+def cp_kv_bytes(ctx, p):
+    """K and V of one layer and micro-batch over the whole sequence, 2·b·s·w·b_A (w =
+    `attention_kv_width`): what a CP rank all-gathers (or rotates through) for its attention."""
+    return 2.0 * _w(p.mbs) * ctx.train.seq_len * attention_kv_width(ctx, p) * ctx.train.b_A
+
+
 def activation_bytes_per_layer(ctx, p, mode=None):
     """Bytes one rank saves for backward in one transformer layer for one micro-batch.
 
@@ -330,12 +347,14 @@ def activation_bytes_per_layer(ctx, p, mode=None):
         return m.ffn_hidden / tp
     if t.rt.memory.eager_saved and bA == 2:
         # eager model code (RuntimeSpec memory.eager_saved): fp32 copies in each pre-norm (8 B, not
-        # b_A), K and V expanded to the query heads for SDPA, silu's output kept beside its input
-        q_loc = m.heads / tp * m.d_head
-        extra = 2 * (8.0 - bA) * h / t_sp + 2 * bA * np.maximum(q_loc - kv_loc, 0.0) * (0.0 if m.mla else 1.0) \
-            + (bA * f_tok() if m.gated_mlp else 0.0)
+        # b_A), silu's output kept beside its input
+        extra = 2 * (8.0 - bA) * h / t_sp + (bA * f_tok() if m.gated_mlp else 0.0)
     else:
         extra = 0.0
+    if t.rt.memory.attention_kv_expanded and t.attention != "eager" and not m.mla:
+        # K and V expanded to the query heads before a flash/SDPA kernel, which saves the copies
+        # (memory.attention_kv_expanded; an eager core counts them in `core`)
+        extra = extra + 2 * bA * (attention_kv_width(ctx, p) - kv_loc)
     full = sb * (repl + qkvo + core + mlp - saved + extra)
     selective = sb * (repl + qkvo + mlp - saved) + np.where(t.attention == "eager", 0.0, sb * core)
     named, m_core, m_up = module_flags(p)
@@ -473,11 +492,12 @@ def transient_parts(ctx, p, i):
     rs_bucket = np.where(~k1 & (pm == 0) & (gm == 1), unit * bG, 0.0)
     last = _w(i) == _w(p.pp) - 1
     logits = np.where(last, logits_bytes(ctx, p), 0.0)
-    kv_loc = np.maximum(m.a_kv / _w(p.tp), 1.0) * m.d_head
-    cp_kv = np.where(_w(p.cp) > 1, 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A, 0.0)
+    # a CP rank's gathered K/V live inside one layer's attention (forward, and the recompute and
+    # backward of a checkpointed layer), never at the loss
+    cp_kv = np.where(_w(p.cp) > 1, cp_kv_bytes(ctx, p), 0.0)
     working = np.where((_w(p.rc) >= 2) | (len(getattr(p, "stage_recompute", ())) > 0),
                        activation_bytes_per_layer(ctx, p, 0), 0.0)
-    return sg + hold + rs_bucket, np.maximum(logits, working) + cp_kv
+    return sg + hold + rs_bucket, np.maximum(logits, working + cp_kv)
 
 
 # NCCL's per-connection FIFO buffers (NCCL src/include/device.h defaults; NCCL_BUFFSIZE in the NCCL

@@ -61,9 +61,7 @@ def _per_layer_comm(ctx, hw, p):
     # input-gradient all-reduces (4 units); with SP the two reduce-scatters and two re-all-gathers
     tp_b_ovl = np.where(tp > 1, np.where(sp, 2.0 + 2.0 * rs_unit, 4.0) * unit, 0.0)
     # CP: ring K/V exchange overlapped with the attention core
-    kv_loc = np.maximum(m.a_kv / tp, 1.0) * m.d_head
-    S_kv = 2.0 * _w(p.mbs) * t.seq_len * kv_loc * t.b_A
-    cp_one = N.gather_time(hw, S_kv, p.cp, st["cp"])
+    cp_one = N.gather_time(hw, Mm.cp_kv_bytes(ctx, p), p.cp, st["cp"])
     # EP: dispatch + combine all-to-all, forward and backward
     if m.is_moe:
         t_sp = np.where(sp, tp, 1.0)

@@ -206,10 +206,18 @@ class MemoryBehaviour:
     eager_saved: bool = False
     """What the stack's eager model code saves for backward beyond the fused-kernel count, without
     recompute (torchtitan's Llama in eager mode, `benchmarks/sac_memory.py`: 56.5 · h bytes per
-    token and layer where the fused count is 34.0): each pre-norm keeps its fp32 input and fp32
-    normalized product (8 B per element, not the 2 B of a 16-bit input: nn.RMSNorm computes in
-    fp32), SDPA keeps K and V expanded to the query heads (repeat_kv before the call), and SwiGLU
-    keeps silu's output as well as its input (4 f-wide tensors, not 3)."""
+    token and layer where the fused count is 34.0, with `attention_kv_expanded`): each pre-norm
+    keeps its fp32 input and fp32 normalized product (8 B per element, not the 2 B of a 16-bit
+    input: nn.RMSNorm computes in fp32), and SwiGLU keeps silu's output as well as its input (4
+    f-wide tensors, not 3)."""
+    attention_kv_expanded: bool = False
+    """The model code expands GQA's K and V to the query heads before the attention kernel
+    (torchtitan's `repeat_kv` ahead of SDPA, until torchtitan #2259 of Jan 2026 passed
+    `enable_gqa`). The kernel saves the expanded copies for its backward, eager and compiled alike
+    (SDPA is opaque to Inductor: `benchmarks/sac_memory.py` without recompute, compiled 37.0 · h
+    where the fused count is 34.0, 3.0 · h being the expanded K and V of its h 1024, 8 heads, 2 KV
+    heads), and context parallelism all-gathers them: torch's ring attention (`context_parallel`,
+    `_templated_ring_attention`) gathers the K and V that SDPA receives."""
     sac_keeps_unread: bool = True
     """Op-level SAC keeps every listed output, the layer's last matmul (w2) included, though no
     backward op reads it: eager `create_selective_checkpoint_contexts` caches what the policy marks

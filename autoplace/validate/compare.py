@@ -6,6 +6,9 @@ Per record type:
   re-expressed under the record's own FLOP convention (autoplace.validate.flops) divided by the
   *predicted* step time; time metrics compare with `time.step_s`; peak memory with
   `memory.peak_bytes`.
+- measured_memory: a run whose source states its memory and no throughput (Megatron-LM's CI
+  memory tests, torchao's tables): the same `estimate`, its memory compared like with like
+  (`memory_kind`, at the rank the record names: `MEMORY_STAGE`); not a throughput record.
 - measured_layer_time: per-layer forward / backward time from `autoplace.cost.step.stage_times`,
   taken as the difference between the stage with L and with L + pp layers (so it carries exactly the
   cost model's per-layer compute, recompute and exposed TP communication, and no embedding/logits).
@@ -445,7 +448,7 @@ def _analytic(res: Result, rec: dict, defs=None) -> None:
             res.not_compared.append({"metric": key, "reason": NOT_COMPARED.get(key, "metric not modelled")})
 
 
-HANDLERS = {"measured_throughput": _throughput, "measured_layer_time": _layer,
+HANDLERS = {"measured_throughput": _throughput, "measured_memory": _throughput, "measured_layer_time": _layer,
             "measured_max_model_size": _max_size, "analytic_estimate": _analytic}
 
 
