@@ -66,6 +66,10 @@ def test_a_memory_line_from_the_last_rank_is_compared_with_the_last_stage():
     assert abs(e0["predicted"] - est["memory"]["per_stage"][0]["allocated"] / GIB) < 1e-3
     assert e0["predicted"] != e["predicted"]
     assert "memory_pp_stage" not in {x["metric"] for x in res.not_compared}
+    bad = copy.deepcopy(rec)
+    bad["measured"]["memory_pp_stage"] = 7
+    (rb,), _ = run([bad])
+    assert rb.skipped == "measured.memory_pp_stage '7': use \"first\", \"last\" or a stage index 0–3"
 
 
 def test_megatron_ci_memory_records_land_within_four_percent():

@@ -84,7 +84,9 @@ def memory_predicted(est: dict, kind: str, measured: dict) -> float:
     if stage is None:
         return est["memory"][f"{kind}_bytes"]
     per = est["memory"]["per_stage"]
-    i = len(per) - 1 if stage == "last" else 0 if stage == "first" else int(stage)
+    i = len(per) - 1 if stage == "last" else 0 if stage == "first" else stage
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(per):
+        raise Skip(f"measured.{MEMORY_STAGE} '{stage}': use \"first\", \"last\" or a stage index 0–{len(per) - 1}")
     return per[i][kind]
 
 
