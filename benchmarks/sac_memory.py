@@ -2,8 +2,8 @@
 
     python benchmarks/sac_memory.py
 
-A clean-room Llama block as torchtitan writes it (nn.RMSNorm, complex fp32 RoPE, GQA through
-`repeat_interleave`, `F.scaled_dot_product_attention`, SwiGLU as silu(w1 x) · w3 x; h 1024, 8 heads,
+A clean-room Llama block as torchtitan wrote it until #2259 of January 2026 (nn.RMSNorm, complex fp32
+RoPE, GQA through `repeat_interleave`, `F.scaled_dot_product_attention`, SwiGLU as silu(w1 x) · w3 x; h 1024, 8 heads,
 2 KV heads, f 3584, bf16, 4 layers, 2 × 2048 tokens) under torchtitan's op-level SAC policy (save
 mm / SDPA / max outputs, every second mm recomputed) and without recompute, run eager and with
 each block compiled. Each
@@ -11,7 +11,8 @@ case runs in a fresh process with glibc's mmap threshold fixed (MALLOC_MMAP_THRE
 tensors leave the resident set), two warm-up steps, then the resident set held after one forward,
 per token and layer, in units of h bytes. For the compiled block it also lists the activations its
 backward saved (saved-tensor hooks see a compiled region's saves; eager SAC keeps its outputs in
-its own cache, out of their reach). `runtimes/torchtitan-compile.toml` `sac_keeps_unread` cites it.
+its own cache, out of their reach). `runtimes/torchtitan-compile.toml` `sac_keeps_unread` and
+`runtimes/torchtitan-compile-2025.toml` `attention_kv_expanded` cite it.
 """
 
 from __future__ import annotations

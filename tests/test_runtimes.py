@@ -518,7 +518,7 @@ def test_automodel_experts_reduce_in_their_own_dtype():
 
 def _sac_block_bytes(mode: int) -> dict:
     """Activation bytes per token and layer, in units of h, of the benchmarks/sac_memory.py block
-    (h 1024, 8 heads, 2 KV heads, f 3584, 2 × 2048 tokens, bf16) under both torchtitan runtimes;
+    (h 1024, 8 heads, 2 KV heads, f 3584, 2 × 2048 tokens, bf16) under the torchtitan runtimes;
     mode 0 no recompute, 1 selective (op-level SAC)."""
     from autoplace.plan import parse_plan
     from autoplace.specs.model import ModelSpec
@@ -526,7 +526,7 @@ def _sac_block_bytes(mode: int) -> dict:
                     vocab=32000)
     p = parse_plan("zero=3,mbs=2" + (",recompute=selective" if mode == 1 else ""))
     out = {}
-    for name in ("torchtitan", "torchtitan-compile"):
+    for name in ("torchtitan", "torchtitan-compile", "torchtitan-2025", "torchtitan-compile-2025"):
         t = training_spec(load_runtime(name), seq_len=2048, global_batch=16, precision="bf16")
         out[name] = float(M.activation_bytes_per_layer(Ctx(blk, t, 8), p, mode)) / (2 * 2048 * 1024)
     return out
@@ -545,12 +545,17 @@ def test_a_compiled_sac_block_drops_the_output_no_backward_reads():
 
 
 def test_eager_torchtitan_without_recompute_counts_what_its_code_saves():
-    """Without recompute, torchtitan's Llama keeps per token and layer, beyond the fused count
-    (34.03 · h for the benchmarks/sac_memory.py block), K and V expanded from 2 to 8 heads for SDPA
-    (2 × 2 × (1024 − 256) = 3 · h, `attention_kv_expanded`), compiled or not: 37.03 · h, measured
-    37.03 compiled. The eager code keeps each pre-norm's fp32 input and fp32 product
-    (2 × (8 − 2) · h) and silu's output (2 · 3584 = 7 · h) on top (`eager_saved`) — 56.03 · h,
-    against 56.54 measured."""
+    """Without recompute, the benchmarks/sac_memory.py block (which writes torchtitan's Llama as it
+    was until #2259: repeat_kv before SDPA) keeps per token and layer, beyond the fused count of
+    34.03 · h, K and V expanded from 2 to 8 heads (2 × 2 × (1024 − 256) = 3 · h,
+    `attention_kv_expanded`, the -2025 runtimes), compiled or not: 37.03 · h, measured 37.03
+    compiled. The eager code keeps each pre-norm's fp32 input and fp32 product (2 × (8 − 2) · h) and
+    silu's output (2 · 3584 = 7 · h) on top (`eager_saved`) — 56.03 · h, against 56.54 measured.
+    Today's code passes enable_gqa: the expanded copies go, nothing else moves."""
     per = _sac_block_bytes(0)
-    assert per["torchtitan-compile"] == pytest.approx(34.03125 + 3.0, abs=1e-12)
-    assert per["torchtitan"] - per["torchtitan-compile"] == pytest.approx(12.0 + 7.0, abs=1e-12)
+    assert per["torchtitan-compile-2025"] == pytest.approx(34.03125 + 3.0, abs=1e-12)
+    assert per["torchtitan-2025"] - per["torchtitan-compile-2025"] == pytest.approx(12.0 + 7.0, abs=1e-12)
+    assert per["torchtitan-compile"] == pytest.approx(34.03125, abs=1e-12)
+    assert per["torchtitan"] == pytest.approx(34.03125 + 12.0 + 7.0, abs=1e-12)
+    sac = _sac_block_bytes(1)                                    # op-SAC recomputes the expansion
+    assert sac["torchtitan-2025"] == sac["torchtitan"] and sac["torchtitan-compile-2025"] == sac["torchtitan-compile"]

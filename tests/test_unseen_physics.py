@@ -207,7 +207,9 @@ def test_runtime_is_decided_from_structured_fields_not_free_text():
            "plan": {"dp": 8, "fsdp": True, "zero_stage": 3},
            "notes": "faster than the NeMo 25.02 container on the same nodes; Megatron-Bridge recipe for comparison"}
     rt, _ = record_runtime(rec, 3, True, [])
-    assert rt.name == "torchtitan"
+    assert rt.name == "torchtitan-2025"                                      # torchtitan's code of 2025 (repeat_kv)
+    assert record_runtime(dict(rec, source=dict(rec["source"], citation="A user report, 2026")), 3, True, [])[0].name \
+        == "torchtitan"
     plain = dict(rec, source={"citation": "A user report, 2025"})
     assert record_runtime(plain, 3, True, [])[0].name == "torchtitan"       # FSDP in 2025 → FSDP2 (eager)
     assert record_runtime(dict(plain, framework="NeMo 25.02"), 3, True, [])[0].name == "megatron-core-0.11"

@@ -851,9 +851,9 @@ def test_unseen_torchtitan_rows_map_their_stated_plans():
     results, _ = run(recs)
     by = {r.id: r for r in results}
     assert all(r.skipped is None and r.primary() is not None for r in results)
-    assert by["torchtitan-8b-128gpu-fsdp"].mapping["runtime"] == "torchtitan"
-    assert by["torchtitan-8b-128gpu-fsdp-compile"].mapping["runtime"] == "torchtitan-compile"
-    assert by["trainy-h200-8b-32gpu"].mapping["runtime"] == "torchtitan-compile"
+    assert by["torchtitan-8b-128gpu-fsdp"].mapping["runtime"] == "torchtitan-2025"
+    assert by["torchtitan-8b-128gpu-fsdp-compile"].mapping["runtime"] == "torchtitan-compile-2025"
+    assert by["trainy-h200-8b-32gpu"].mapping["runtime"] == "torchtitan-compile-2025"
     assert "tp_overlap" in by["torchtitan-70b-256gpu-2d-asynctp"].mapping["plan"]
     assert "tp_overlap" not in by["torchtitan-70b-256gpu-2d"].mapping["plan"]
     assert "vpp=2" in by["torchtitan-405b-512gpu-3d-interleaved"].mapping["plan"]

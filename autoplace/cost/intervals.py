@@ -54,7 +54,8 @@ FAMILIES = {"megatron-core": "megatron", "megatron-core-0.11": "megatron", "mega
             "torch-native": "torch", "accelerate": "torch", "nemo-automodel": "torch"}
 # an earlier release that a runtime file `extends` shares the stack's class: same kernels and host
 # costs, one spread
-RELEASES = {"nemo-automodel-2025": "nemo-automodel", "megatron-core-26.06.01": "megatron-core"}
+RELEASES = {"nemo-automodel-2025": "nemo-automodel", "megatron-core-26.06.01": "megatron-core",
+            "torchtitan-2025": "torchtitan", "torchtitan-compile-2025": "torchtitan-compile"}
 GENERATIONS = {"volta": "volta", "ampere": "ampere", "hopper": "hopper", "blackwell": "blackwell",
                "cdna3": "cdna", "cdna4": "cdna", "cpu": "cpu"}
 

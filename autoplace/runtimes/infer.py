@@ -88,6 +88,22 @@ def benchmark_overrides(text: str, runtime: str) -> tuple[dict, dict, str]:
     return {}, {}, ""
 
 
+# torchtitan #2259 (2026-01-27, first in v0.2.2) passed enable_gqa to SDPA where the Llama code had
+# expanded K/V with repeat_kv: a run cited from 2025 or before ran the repeat_kv code
+TORCHTITAN_GQA_YEAR = 2026
+
+
+def torchtitan_era(text: str, year: int | None) -> tuple[str, str]:
+    """(runtime, why) for a torchtitan record: compiled or eager (the source says torch.compile), and
+    the model code of its year (torchtitan-2025 / torchtitan-compile-2025 before #2259)."""
+    compiled = bool(re.search(r"torch\.compile|compile[d]?\b(?! off)", text)) and \
+        not re.search(r"no compile|without compile|compile off|eager", text)
+    name, why = ("torchtitan-compile", "torchtitan with torch.compile") if compiled else ("torchtitan", "torchtitan")
+    if year is not None and year < TORCHTITAN_GQA_YEAR:
+        return f"{name}-2025", f"{why}, {year}: repeat_kv before SDPA (before torchtitan #2259, 2026-01)"
+    return name, why
+
+
 def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsdp: bool = False,
                        gpt_style: bool = False) -> tuple[str, str]:
     """(runtime name, why) for a record's lower-cased text, citation year, ZeRO stage, FSDP flag
@@ -98,9 +114,8 @@ def runtime_for_record(text: str, year: int | None, zero: int | None = None, fsd
                 return automodel_era(text)
             if name == "megatron-core":
                 return bridge_container(text)
-            if name == "torchtitan" and re.search(r"torch\.compile|compile[d]?\b(?! off)", text) and \
-                    not re.search(r"no compile|without compile|compile off|eager", text):
-                return "torchtitan-compile", "torchtitan with torch.compile"
+            if name == "torchtitan":
+                return torchtitan_era(text, year)
             return name, why
     nemo = _nemo_container(text) if "nemo" in text else None
     if nemo:
