@@ -46,6 +46,10 @@ def test_megatron_default_dropout_keeps_two_residual_masks_per_layer():
         ctx = Ctx(mp.model, mp.train, mp.world)
         return float(M.allocated_bytes(M.stage_memory(ctx, mp.hw, mp.plan, 0)))
     assert alloc(on) - alloc(off) == 2 * s * b * h * L + s * b * h / t        # 4,311,744,512 B
+    bad = copy.deepcopy(rec)
+    bad["notes"] = bad["notes"].replace('"hidden_dropout": 0.1', '"hidden_dropout": "0.1"')
+    (rb,), _ = run([bad])
+    assert rb.skipped == "workload knob hidden_dropout / attention_dropout '0.1': give the probability, a number in [0, 1)"
 
 
 def test_a_memory_line_from_the_last_rank_is_compared_with_the_last_stage():

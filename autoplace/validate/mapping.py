@@ -159,9 +159,12 @@ def record_runtime(rec: dict, zero: int | None, fsdp: bool, assumptions: list):
     if knobs.get("fp8_dot_product_attention") is True:
         sets.append(("fp8_attention", True))
     drop = knobs.get("hidden_dropout", knobs.get("attention_dropout"))
-    if isinstance(drop, (int, float)) and not isinstance(drop, bool):
+    if drop is not None:
         # Megatron-LM's argument defaults are --hidden-dropout 0.1 --attention-dropout 0.1; a run
         # that leaves them keeps the dropout masks (and their elementwise passes)
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
+            raise Skip(f"workload knob hidden_dropout / attention_dropout '{drop}': give the probability, "
+                       "a number in [0, 1)")
         sets.append(("defaults.attention_dropout", drop > 0))
     if knobs.get("compile_loss") is False and rt.kernels.loss == "compiled" and rt.family != rt.name:
         # the loss left out of torch.compile while the blocks are compiled (torchtitan e8977b007,
