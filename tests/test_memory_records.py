@@ -128,3 +128,29 @@ def test_context_parallel_gathers_the_kv_the_attention_kernel_receives():
         _, act = M.transient_parts(ctx, plan, 0)
         assert float(act) == float(M.activation_bytes_per_layer(ctx, plan, 0)) + kv
     assert want["torchtitan-compile-2025"] == 4 * want["megatron-core"] == 536_870_912
+
+
+def test_a_2025_torchtitan_pipeline_keeps_every_micro_batch_logits_on_its_last_stage():
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output (the bf16 logits,
+    vocabulary-sharded under loss_parallel) until step() ends (torchtitan before #1922;
+    `benchmarks/pp_outputs.py`: 8 micro-batches hold 8 logit tensors, peak = max(loss peak + 7,
+    16) of them). On the 405B interleaved row (pp 8, 8 micro-batches of 4 × 8,192 tokens, tp 8) the
+    last stage holds exactly 7 · 2 · s·b·V/t more at its last loss; stage 0 does not move; today's
+    runtime (step(return_outputs=False)) keeps none."""
+    from dataclasses import replace
+    mp = map_shaped(_rec("torchtitan-405b-512gpu-3d-interleaved"))
+    assert mp.train.rt.name == "torchtitan-compile-2025" and mp.train.rt.memory.pp_keeps_step_outputs
+    rt_off = replace(mp.train.rt, memory=replace(mp.train.rt.memory, pp_keeps_step_outputs=False))
+    on, off = Ctx(mp.model, mp.train, mp.world), Ctx(mp.model, replace(mp.train, runtime=rt_off), mp.world)
+    p = mp.plan
+    assert (p.pp, p.vpp, p.tp, p.mbs, float(M.schedule_micro_batches(on, p))) == (8, 2, 8, 4, 8.0)
+    one = 2 * 8192 * 4 * 128256 / 8                       # bf16 logits of one micro-batch, V/t local
+    assert float(M.pp_output_bytes(on, p)) == one == 1_050_673_152
+    assert float(M.stage_activation_bytes(on, p, 7) - M.stage_activation_bytes(off, p, 7)) == 7 * one
+    assert float(M.stage_activation_bytes(on, p, 0)) == float(M.stage_activation_bytes(off, p, 0))
+    # the step's end: m kept + their concatenation = 16 logit tensors, once every activation is freed
+    st_on = M.transient_parts(on, p, 7)[1]
+    assert float(st_on) == max(float(M.transient_parts(off, p, 7)[1]),
+                               16 * one - float(M.stage_activation_bytes(on, p, 7)))
+    est = estimate(mp.model, mp.hw, mp.train, p, mp.world)
+    assert est["memory"]["binding_stage"] == 7            # the last stage now binds (measured max over GPUs 72.7 GiB)

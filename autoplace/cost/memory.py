@@ -438,7 +438,29 @@ def stage_activation_bytes(ctx, p, i):
     s_loc = t.seq_len / _w(p.cp)
     emb_term = (8.0 * s_loc * _w(p.mbs) + (s_loc * _w(p.mbs) * m.hidden if t.dropout else 0.0)) / _w(p.tp)
     acts = acts + np.where(_w(i) == 0, (n_chunks / v_eff) * emb_term, 0.0)
+    if t.rt.memory.pp_keeps_step_outputs:
+        # at the last micro-batch's loss the schedule still holds the m − 1 earlier outputs
+        last = (_w(i) == _w(p.pp) - 1) & (_w(p.pp) > 1)
+        acts = acts + np.where(last, (schedule_micro_batches(ctx, p) - 1.0) * pp_output_bytes(ctx, p), 0.0)
     return acts
+
+
+def schedule_micro_batches(ctx, p):
+    """m_f: micro-batches one pipeline schedule runs, m over the plan's `pp_flushes` schedules."""
+    m = micro_batches(p, ctx.train.global_batch)
+    return m / np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0))
+
+
+def pp_output_bytes(ctx, p):
+    """One micro-batch's output of the last pipeline stage, the logits a schedule that keeps its
+    outputs holds (RuntimeSpec memory.pp_keeps_step_outputs): b_A·s·b·V_out, V_out = V_pad/t when
+    the loss runs vocab-parallel (DTensor loss_parallel leaves the output sharded over tp > 1), the
+    whole padded vocabulary otherwise (a Replicate output)."""
+    t, mem = ctx.train, ctx.train.rt.memory
+    tp = _w(p.tp)
+    V = vocab_padded(ctx, p)
+    v_out = np.where((tp > 1) & (mem.loss_parallel_bytes_per_logit > 0), V / tp, V)
+    return t.b_A * (t.seq_len / _w(p.cp)) * _w(p.mbs) * v_out
 
 
 # ---- transient buffers ----------------------------------------------------------------------
@@ -497,7 +519,13 @@ def transient_parts(ctx, p, i):
     cp_kv = np.where(_w(p.cp) > 1, cp_kv_bytes(ctx, p), 0.0)
     working = np.where((_w(p.rc) >= 2) | (len(getattr(p, "stage_recompute", ())) > 0),
                        activation_bytes_per_layer(ctx, p, 0), 0.0)
-    return sg + hold + rs_bucket, np.maximum(logits, working + cp_kv)
+    act_t = np.maximum(logits, working + cp_kv)
+    if t.rt.memory.pp_keeps_step_outputs:
+        # the step's end (pp_keeps_step_outputs): every activation released, the m kept outputs
+        # and their concatenation (the step's return value) alive together
+        merge = 2.0 * schedule_micro_batches(ctx, p) * pp_output_bytes(ctx, p) - stage_activation_bytes(ctx, p, i)
+        act_t = np.where(last & (_w(p.pp) > 1), np.maximum(act_t, merge), act_t)
+    return sg + hold + rs_bucket, act_t
 
 
 # NCCL's per-connection FIFO buffers (NCCL src/include/device.h defaults; NCCL_BUFFSIZE in the NCCL

@@ -218,6 +218,14 @@ class MemoryBehaviour:
     where the fused count is 34.0, 3.0 · h being the expanded K and V of its h 1024, 8 heads, 2 KV
     heads), and context parallelism all-gathers them: torch's ring attention (`context_parallel`,
     `_templated_ring_attention`) gathers the K and V that SDPA receives."""
+    pp_keeps_step_outputs: bool = False
+    """torch.distributed.pipelining's last stage keeps every micro-batch's output (the logits,
+    detached after its backward) in `output_chunks` until the schedule's step ends, and then
+    concatenates them into the step's return value (stage.py `forward_one_chunk`,
+    schedules.py `_merge_outputs`; pytorch #138504 detaches them, #159251 asked why they are kept,
+    #165822 added `step(return_outputs=False)`, which torchtitan passes since #1922, 2025-10-22).
+    The last stage then holds (m − 1) 16-bit logit tensors at its last loss and 2·m of them at the
+    merge (`cost.memory.pp_kept_output_bytes`); measured on this CPU by `benchmarks/pp_outputs.py`."""
     sac_keeps_unread: bool = True
     """Op-level SAC keeps every listed output, the layer's last matmul (w2) included, though no
     backward op reads it: eager `create_selective_checkpoint_contexts` caches what the policy marks
