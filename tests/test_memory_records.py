@@ -154,3 +154,16 @@ def test_a_2025_torchtitan_pipeline_keeps_every_micro_batch_logits_on_its_last_s
                                16 * one - float(M.stage_activation_bytes(on, p, 7)))
     est = estimate(mp.model, mp.hw, mp.train, p, mp.world)
     assert est["memory"]["binding_stage"] == 7            # the last stage now binds (measured max over GPUs 72.7 GiB)
+
+
+def test_a_schedule_per_local_batch_holds_only_its_own_micro_batches_in_flight():
+    """torchtitan runs one pipeline schedule per local batch (plan.pp_flushes): the schedule drains
+    between them, so stage 0 of a 1F1B pipeline holds min(pp, m/f) micro-batches, not min(pp, m)."""
+    from dataclasses import replace
+    mp = map_shaped(_rec("torchtitan-405b-512gpu-3d-1f1b"))
+    ctx, p = Ctx(mp.model, mp.train, mp.world), mp.plan
+    assert (p.pp, p.pp_flushes, float(M.micro_batches(p, mp.train.global_batch))) == (8, 1, 8.0)
+    assert [float(M.in_flight(ctx, p, i)) for i in (0, 6, 7)] == [8.0, 2.0, 1.0]
+    four = replace(p, pp_flushes=4)                      # 4 schedules of 2 micro-batches each
+    assert float(M.schedule_micro_batches(ctx, four)) == 2.0
+    assert [float(M.in_flight(ctx, four, i)) for i in (0, 6, 7)] == [2.0, 2.0, 1.0]

@@ -395,9 +395,10 @@ def activation_bytes_per_layer(ctx, p, mode=None):
 
 def in_flight(ctx, p, i):
     """Chunk-micro-batches in flight on stage i (K6): 1F1B min(p−i, m); GPipe m;
-    interleaved min(2(p−i−1) + (v−1)·G + 1, m·v)."""
+    interleaved min(2(p−i−1) + (v−1)·G + 1, m·v) — m the micro-batches of one pipeline schedule
+    (`schedule_micro_batches`: a stack that runs a schedule per local batch drains between them)."""
     pp = _w(p.pp)
-    m = micro_batches(p, ctx.train.global_batch)
+    m = schedule_micro_batches(ctx, p)
     i = _w(i)
     v = _w(p.vpp)
     one_f = np.minimum(pp - i, m)
