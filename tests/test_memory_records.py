@@ -12,6 +12,7 @@ import pytest
 from autoplace.cost import memory as M
 from autoplace.estimate import estimate
 from autoplace.placement.rules import Ctx
+from autoplace.runtimes import load_runtime
 from autoplace.validate import load_records, run
 from autoplace.validate.mapping import map_shaped
 
@@ -167,3 +168,24 @@ def test_a_schedule_per_local_batch_holds_only_its_own_micro_batches_in_flight()
     four = replace(p, pp_flushes=4)                      # 4 schedules of 2 micro-batches each
     assert float(M.schedule_micro_batches(ctx, four)) == 2.0
     assert [float(M.in_flight(ctx, four, i)) for i in (0, 6, 7)] == [2.0, 2.0, 1.0]
+
+
+def test_torch_pipelining_keeps_a_receive_buffer_per_micro_batch_and_direction():
+    """PipelineStage allocates one receive buffer per micro-batch for activations (every stage but
+    the first) and for gradients (every stage but the last) and keeps them (`benchmarks/
+    pp_outputs.py` lists 0/4, 4/4, 4/0 on three CPU ranks with 4 micro-batches). On the 405B 1F1B
+    row (8 micro-batches of 4 × 8,192 tokens, TP 8 with SP: a boundary activation is
+    2 · 4 · 1,024 · 16,384 B) stage 0 holds 8 gradient buffers, stage 1 one activation buffer beyond
+    its 7 in flight plus 8 gradient buffers, the last stage 7 activation buffers beyond its 1."""
+    from dataclasses import replace
+    mp = map_shaped(_rec("torchtitan-405b-512gpu-3d-1f1b"))
+    assert mp.train.rt.memory.pp_recv_buffers
+    rt_off = replace(mp.train.rt, memory=replace(mp.train.rt.memory, pp_recv_buffers=False))
+    on, off = Ctx(mp.model, mp.train, mp.world), Ctx(mp.model, replace(mp.train, runtime=rt_off), mp.world)
+    p = mp.plan
+    one = 2 * 4 * (8192 // 8) * 16384
+    assert float(M.pp_boundary_bytes(on, p)) == one == 134_217_728
+    extra = [float(M.stage_activation_bytes(on, p, i) - M.stage_activation_bytes(off, p, i)) for i in (0, 1, 7)]
+    assert extra == [8 * one, 9 * one, 7 * one]
+    mc = load_runtime("megatron-core")
+    assert not mc.memory.pp_recv_buffers                 # Megatron-Core allocates its p2p tensors per transfer

@@ -439,6 +439,8 @@ def stage_activation_bytes(ctx, p, i):
     s_loc = t.seq_len / _w(p.cp)
     emb_term = (8.0 * s_loc * _w(p.mbs) + (s_loc * _w(p.mbs) * m.hidden if t.dropout else 0.0)) / _w(p.tp)
     acts = acts + np.where(_w(i) == 0, (n_chunks / v_eff) * emb_term, 0.0)
+    if t.rt.memory.pp_recv_buffers:
+        acts = acts + np.where(_w(p.pp) > 1, pp_recv_buffer_bytes(ctx, p, i, n_chunks, v_eff), 0.0)
     if t.rt.memory.pp_keeps_step_outputs:
         # at the last micro-batch's loss the schedule still holds the m − 1 earlier outputs
         last = (_w(i) == _w(p.pp) - 1) & (_w(p.pp) > 1)
@@ -450,6 +452,27 @@ def schedule_micro_batches(ctx, p):
     """m_f: micro-batches one pipeline schedule runs, m over the plan's `pp_flushes` schedules."""
     m = micro_batches(p, ctx.train.global_batch)
     return m / np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0))
+
+
+def pp_boundary_bytes(ctx, p):
+    """One micro-batch's activation at a pipeline-stage boundary, b_A·s·b·h per rank: the sequence
+    split over cp, and over tp under sequence parallelism (the block's output stays sharded)."""
+    t = ctx.train
+    s_loc = t.seq_len / _w(p.cp) / np.where(_w(p.sp) > 0, _w(p.tp), 1.0)
+    return t.b_A * s_loc * _w(p.mbs) * ctx.model.hidden
+
+
+def pp_recv_buffer_bytes(ctx, p, i, n_chunks, v_eff):
+    """The receive buffers a rank of stage i keeps (RuntimeSpec memory.pp_recv_buffers): m
+    activation buffers per virtual stage but the pipeline's first, m gradient buffers per virtual
+    stage but its last, each `pp_boundary_bytes`, less the in-flight chunks' inputs, which are those
+    buffers and already count as their first layer's saved input."""
+    m = schedule_micro_batches(ctx, p)
+    i, pp = _w(i), _w(p.pp)
+    fwd = v_eff - np.where(i == 0, 1.0, 0.0)
+    bwd = v_eff - np.where(i == pp - 1, 1.0, 0.0)
+    held = np.maximum(fwd * m - n_chunks * fwd / v_eff, 0.0) + bwd * m
+    return held * pp_boundary_bytes(ctx, p)
 
 
 def pp_output_bytes(ctx, p):

@@ -218,6 +218,13 @@ class MemoryBehaviour:
     where the fused count is 34.0, 3.0 · h being the expanded K and V of its h 1024, 8 heads, 2 KV
     heads), and context parallelism all-gathers them: torch's ring attention (`context_parallel`,
     `_templated_ring_attention`) gathers the K and V that SDPA receives."""
+    pp_recv_buffers: bool = False
+    """torch.distributed.pipelining allocates a receive buffer for every micro-batch of the schedule
+    once and keeps it (PipelineStage `_prepare_forward_infra` / `_prepare_backward_infra`:
+    `args_recv_info[chunk]`, `grad_recv_info[chunk]`): m activation buffers on every (virtual)
+    stage but the first and m gradient buffers on every one but the last, each one micro-batch's
+    boundary activation (`cost.memory.pp_recv_buffer_bytes`; `benchmarks/pp_outputs.py` lists them
+    on this CPU). Megatron-Core allocates its p2p tensors per send and receive."""
     pp_keeps_step_outputs: bool = False
     """torch.distributed.pipelining's last stage keeps every micro-batch's output (the logits,
     detached after its backward) in `output_chunks` until the schedule's step ends, and then
