@@ -189,3 +189,17 @@ def test_torch_pipelining_keeps_a_receive_buffer_per_micro_batch_and_direction()
     assert extra == [8 * one, 9 * one, 7 * one]
     mc = load_runtime("megatron-core")
     assert not mc.memory.pp_recv_buffers                 # Megatron-Core allocates its p2p tensors per transfer
+
+
+def test_layer_level_checkpointing_every_nth_block_maps_to_block_recompute():
+    """torchtitan's `selective_ac_option = "2"` checkpoints every second block whole and keeps the
+    others' activations: a record that says "every 2nd layer" maps to recompute=block with half of
+    each stage's blocks checkpointed (never to op-level SAC, which "selective" alone means)."""
+    from autoplace.validate.record import parse_layer_recompute, parse_recompute
+    assert parse_layer_recompute("selective (layer, every 2nd layer: selective_ac_option '2')") == 2
+    assert parse_layer_recompute("checkpoint every 4th transformer block") == 4
+    assert parse_layer_recompute("selective (op-level SAC)") is None and parse_layer_recompute(None) is None
+    assert parse_recompute("selective (op-level SAC)") == "selective"
+    mp = map_shaped(_rec("ttgh950-llama3-debugmodel-8xh100-fsdp"))
+    assert (mp.model.layers, mp.plan.recompute, mp.plan.recompute_layers) == (8, "block", 4)
+    assert any("one block in every 2" in a for a in mp.assumptions)

@@ -43,6 +43,7 @@ from autoplace.validate.record import (
     as_int,
     citation_year,
     parse_global_batch,
+    parse_layer_recompute,
     parse_precision,
     parse_recipe,
     parse_recompute,
@@ -308,6 +309,13 @@ def map_shaped(rec: dict, recompute_override: str | None = None) -> Mapped:
         assumptions.append(f"local batch {lbs} per data-parallel rank → {kw['pp_flushes']} pipeline schedules per "
                            f"step ({rt.name} runs one per local batch)")
     rc = recompute_override or parse_recompute(plan.get("recompute"))
+    every = None if recompute_override else parse_layer_recompute(plan.get("recompute"))
+    if every:
+        # torchtitan's layer SAC counts blocks across the model: every N-th one is checkpointed
+        rc = "block"
+        kw["recompute_layers"] = model.layers // kw.get("pp", 1) // every
+        assumptions.append(f"layer-level checkpointing of one block in every {every} → recompute=block, "
+                           f"{kw['recompute_layers']} of each stage's blocks checkpointed whole")
     mods = parse_recompute_modules(plan.get("recompute")) if rc == "selective" and not recompute_override else ()
     if mods:
         kw["recompute_modules"] = mods

@@ -179,6 +179,14 @@ def parse_recompute(text) -> str | None:
     raise Skip(f"recompute mode '{text}' is not understood")
 
 
+def parse_layer_recompute(text) -> int | None:
+    """N of layer-level selective checkpointing, every N-th block checkpointed whole and the others
+    not (torchtitan's `selective_ac_option = "N"`), from words such as "every 2nd layer"; None for
+    any other mode."""
+    m = re.search(r"every\s+(\d+)(?:st|nd|rd|th)?\s+(?:transformer\s+)?(?:layer|block)", str(text or "").lower())
+    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
 def parse_recompute_modules(text) -> tuple:
     """Megatron-Core --recompute-modules a selective recompute string lists ("selective: modules
     ['mla_up_proj']"); () when it lists none. Skip for modules the planner does not price."""
