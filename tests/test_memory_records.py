@@ -203,3 +203,4 @@ def test_layer_level_checkpointing_every_nth_block_maps_to_block_recompute():
     mp = map_shaped(_rec("ttgh950-llama3-debugmodel-8xh100-fsdp"))
     assert (mp.model.layers, mp.plan.recompute, mp.plan.recompute_layers) == (8, "block", 4)
     assert any("one block in every 2" in a for a in mp.assumptions)
+

@@ -4,6 +4,7 @@ host time and the dropless sync — each against a count worked out by hand."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -352,3 +353,27 @@ def test_runtime_gemm_rate_is_a_fact_of_the_stack_on_one_architecture():
     g_lf = K.layer_compute_times(Ctx(m, tr.with_(runtime=lf), 8), h100, plan)["gemm_f"]
     g_tt = K.layer_compute_times(Ctx(m, tr.with_(runtime=load_runtime("torchtitan")), 8), h100, plan)["gemm_f"]
     assert 1.10 < float(g_lf) / float(g_tt) < 1 / 0.82 + 1e-9
+
+
+def test_dtensor_sequence_parallel_collectives_copy_the_micro_batch_in_eager_torchtitan():
+    """Functional collectives gather and scatter along dim 0; DTensor SP's Shard(1) activations make
+    each of a layer's four SP collectives copy the whole micro-batch's b·s·h activation (torch
+    `_chunk_or_narrow_cat` / `_maybe_view_chunk_cat`, a view only at micro-batch 1). On the Qwen3
+    32B TP 8 row (micro-batch 16 × 4,096 tokens, h 5,120, bf16) each direction of a layer moves
+    exactly 8 · 16 · 4,096 · 5,120 · 2 B more, in 4 more kernels; the compiled runtime does not."""
+    from autoplace.validate import load_records
+    from autoplace.validate.mapping import map_shaped
+    recs = load_records(str(Path(__file__).resolve().parents[1] / "benchmarks" / "unseen_records.json"))
+    mp = map_shaped(next(r for r in recs if r["id"] == "ttgh1690-qwen3-32b-32xh100-fsdp4-tp8-lbs16"))
+    rt = mp.train.rt
+    assert rt.name == "torchtitan-2025" and rt.kernels.sp_collective_copies
+    off_rt = replace(rt, kernels=replace(rt.kernels, sp_collective_copies=False))
+    on = K.layer_compute_times(Ctx(mp.model, mp.train, mp.world), mp.hw, mp.plan)
+    off = K.layer_compute_times(Ctx(mp.model, replace(mp.train, runtime=off_rt), mp.world), mp.hw, mp.plan)
+    extra = float(K.membound_time(mp.hw, 8 * 16 * 4096 * 5120 * 2, 4))
+    assert float(on["elem_f"] - off["elem_f"]) == pytest.approx(extra, rel=1e-12)
+    assert float(on["elem_b"] - off["elem_b"]) == pytest.approx(extra, rel=1e-12)
+    one = replace(mp.plan, mbs=1)                         # a view, no copy, at micro-batch 1
+    assert float(K.layer_compute_times(Ctx(mp.model, mp.train, mp.world), mp.hw, one)["elem_f"]) == \
+        float(K.layer_compute_times(Ctx(mp.model, replace(mp.train, runtime=off_rt), mp.world), mp.hw, one)["elem_f"])
+    assert not load_runtime("torchtitan-compile").kernels.sp_collective_copies

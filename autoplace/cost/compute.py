@@ -400,12 +400,20 @@ def layer_compute_times(ctx, hw, p):
     quant_k = qk * (n_mod + n_q_exp)
     quant_k_exp = qk * n_q_exp
     n_k = kern.membound_kernels                            # memory-bound launches (GEMMs count their own)
+    spc = _w(0.0)
+    if kern.sp_collective_copies:
+        # DTensor SP: the four sequence-dim collectives of a layer each copy the whole micro-batch's
+        # activation (chunk + cat around the dim-0 collective), forward and backward alike
+        copies = (tp > 1) & (_w(p.sp) > 0) & (_w(p.mbs) > 1)
+        spc = np.where(copies, 8.0 * T * h * bA, 0.0)
+        n_k = n_k + np.where(copies, 4.0, 0.0)
     if unfused_rope:
         n_k = n_k + 10                                     # eager RoPE on Q and K: 5 kernels each
     mla_ef, mla_eb, mla_kf, mla_kb = mla_assembly_elements(m, kern, tp)
     mla_f, mla_b = T * mla_ef * bA, T * mla_eb * bA
-    elem_f = membound_time(hw, h_bytes + act_bytes + rope + quant_f + eager_f + mla_f, n_k + eager_kf + mla_kf + quant_k)
-    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + quant_b + eager_b + mla_b,
+    elem_f = membound_time(hw, h_bytes + act_bytes + rope + spc + quant_f + eager_f + mla_f,
+                           n_k + eager_kf + mla_kf + quant_k)
+    elem_b = membound_time(hw, 2.0 * (h_bytes + act_bytes + rope) + spc + quant_b + eager_b + mla_b,
                            n_k + 2 + eager_kb + mla_kb + quant_k)
     if kern.cuda_graphs and not kern.cuda_graph_experts:
         # per-layer graphs leave a dropless MoE's routed experts eager: their launches keep the full

@@ -150,6 +150,17 @@ class Kernels:
     cudnn-frontend 1.24–1.25 under CUTLASS DSL 4.5 spilled its dbias reduction to local memory:
     1362.8 µs where the fixed kernel takes 155.6 µs at the issue's shape on a B200 (cudnn-frontend
     issue #256, fix PR #322, 2026-06-23) — 8.76; without dbias it ran at 139 µs either way."""
+    sp_collective_copies: bool = False
+    """DTensor sequence parallelism (torch.distributed.tensor.parallel with Shard(1) activations, as
+    torchtitan and AutoModel lay them out) gathers and reduce-scatters along the sequence dim, and
+    functional collectives run on dim 0: `all_gather_single` re-concatenates the gathered chunks
+    along dim 1 and `reduce_scatter_single` concatenates its input's chunks before the collective
+    (torch `_utils._chunk_or_narrow_cat` / `_maybe_view_chunk_cat`, a view only when the batch
+    dim is 1). Eager, with micro-batch > 1, each of a layer's four SP collectives (the QKV and FC1
+    inputs gathered, the attention and MLP outputs reduce-scattered), and each of their backward
+    counterparts, copies the whole micro-batch's b·s·h activation once more: 8·b·s·h·b_A bytes and
+    4 kernels each way (`cost.compute.layer_costs`). Not set for compiled stacks, whose graphs may
+    fuse the copy into a neighbour."""
     cuda_graphs: bool = False
     """Whole-iteration or per-layer CUDA graphs: kernel launch overhead removed."""
     cuda_graph_experts: bool = False
