@@ -173,3 +173,20 @@ def test_an_interval_read_by_analogy_says_where_it_was_borrowed():
                    parse_plan("tp=2,ep=4,zero=1,mbs=1"), 64)
     miv = doc["memory"]["interval"]["90"]
     assert miv["pool"] != miv["class"] and IV.borrowed(miv).startswith("no megatron-core run")
+
+
+def test_coverage_reports_runs_and_sources_apart():
+    """benchmarks/intervals.py scores each run leave-one-source-out and reports the share of runs
+    covered and the share of sources (each source once). Source A: three runs the model gets
+    exactly; source B: one run 10 log-units off. Scored without A, A's runs get B's spread (σ = 10,
+    |z| = 1, so ±10) and fall inside; scored without B, B's run gets A's (σ = 0) and falls outside:
+    3 of 4 runs, 1 of 2 sources."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import intervals as B
+    rows = [{"file": "f", "id": f"a{i}", "source": "A", "kind": "step", "class": "torchtitan|dense|hopper", "r": 0.0}
+            for i in range(3)]
+    rows.append({"file": "f", "id": "b", "source": "B", "kind": "step", "class": "torchtitan|dense|hopper", "r": 10.0})
+    cov = B.coverage(rows, "step", 0.8)
+    assert cov["f"] == (0.75, 4, 0.5) and cov["all"] == (0.75, 4, 0.5)
