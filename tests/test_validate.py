@@ -876,3 +876,22 @@ def test_unseen_torchtitan_rows_map_their_stated_plans():
     plain = run([rec])[0][0].mapping["reserved_gib"]
     extra = 8 * 32768 * 128256 * (1 + load_runtime("torchtitan-compile").memory.reserve_frac) / 2**30
     assert by["torchtitan-8b-cp1-s32k"].mapping["reserved_gib"] - plain == pytest.approx(extra, rel=1e-3)
+
+
+def test_a_stated_hsdp_replica_degree_maps_to_dp_replicate():
+    """`plan.dp_replicate` states HSDP as a degree: IBM's Llama 2 7B on 128 A100 shards within each
+    8-GPU node and replicates across 16 nodes, dp=128(16x8); a degree that does not divide dp, or
+    one on a plan that is not FSDP, is a one-line skip naming the field."""
+    import copy
+
+    from autoplace.validate.mapping import map_shaped
+    from autoplace.validate.record import Skip
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "unseen_records.json"
+    rec = next(r for r in load_records(str(path)) if r["id"] == "ibmfsdp-blog-llama2-7b-128xa100-hsdp-bs2-noac")
+    mp = map_shaped(rec)
+    assert (mp.plan.dp, mp.plan.dp_replicate, mp.plan.zero) == (128, 16, 3)
+    assert any("HSDP: shard over 8 data-parallel ranks, replicate 16 times" in a for a in mp.assumptions)
+    bad = copy.deepcopy(rec)
+    bad["plan"]["dp_replicate"] = 3
+    with pytest.raises(Skip, match=r"plan.dp_replicate 3: give a divisor of plan.dp on an FSDP \(zero 3\) plan"):
+        map_shaped(bad)
