@@ -895,3 +895,6 @@ def test_a_stated_hsdp_replica_degree_maps_to_dp_replicate():
     bad["plan"]["dp_replicate"] = 3
     with pytest.raises(Skip, match=r"plan.dp_replicate 3: give a divisor of plan.dp on an FSDP \(zero 3\) plan"):
         map_shaped(bad)
+    bad["plan"]["dp_replicate"] = "sixteen"            # not a number: skipped, never silently dropped
+    with pytest.raises(Skip, match=r"plan.dp_replicate sixteen: give a divisor of plan.dp"):
+        map_shaped(bad)

@@ -16,6 +16,7 @@ from autoplace.cost.memory import (
     cp_kv_bytes,
     k1_active,
     layers_on_stage,
+    pp_boundary_bytes,
     shard_groups,
     stage_param_counts,
     vocab_padded,
@@ -139,10 +140,9 @@ def tp_bytes_stage(ctx, p, i):
 
 # ---- pipeline (§3.4) ------------------------------------------------------------------------
 def p2p_message_bytes(ctx, p):
-    """X_p2p = b·(s/c)·h·b_A, ÷t with SP or scatter/gather (Megatron sizes P2P as s/c, then ÷t)."""
-    t = ctx.train
-    x = _w(p.mbs) * (t.seq_len / _w(p.cp)) * ctx.model.hidden * t.b_A
-    return x / np.where((_w(p.sp) > 0) | (_w(p.tp) > 1), _w(p.tp), 1.0)
+    """X_p2p = b·(s/c)·h·b_A, ÷t with SP or scatter/gather (Megatron sizes P2P as s/c, then ÷t):
+    the boundary activation of `cost.memory.pp_boundary_bytes`, split over tp for the send."""
+    return pp_boundary_bytes(ctx, p, scatter_gather=True)
 
 
 def pp_sends(p, i):

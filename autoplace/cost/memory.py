@@ -454,12 +454,16 @@ def schedule_micro_batches(ctx, p):
     return m / np.minimum(_w(getattr(p, "pp_flushes", 1)), np.maximum(m, 1.0))
 
 
-def pp_boundary_bytes(ctx, p):
-    """One micro-batch's activation at a pipeline-stage boundary, b_A·s·b·h per rank: the sequence
-    split over cp, and over tp under sequence parallelism (the block's output stays sharded)."""
+def pp_boundary_bytes(ctx, p, scatter_gather: bool = False):
+    """One micro-batch's activation at a pipeline-stage boundary per rank, X = b·(s/c)·h·b_A ÷ t
+    under sequence parallelism (the block's output stays sharded). `scatter_gather`: Megatron also
+    splits a replicated boundary tensor over tp for the send and gathers it after (its P2P
+    scatter/gather), so X ÷ t whenever tp > 1 — the P2P message (`cost.comm.p2p_message_bytes`);
+    a buffer torch pipelining keeps is the tensor as the stage holds it."""
     t = ctx.train
-    s_loc = t.seq_len / _w(p.cp) / np.where(_w(p.sp) > 0, _w(p.tp), 1.0)
-    return t.b_A * s_loc * _w(p.mbs) * ctx.model.hidden
+    x = _w(p.mbs) * (t.seq_len / _w(p.cp)) * ctx.model.hidden * t.b_A
+    split = (_w(p.sp) > 0) | ((_w(p.tp) > 1) & scatter_gather)
+    return x / np.where(split, _w(p.tp), 1.0)
 
 
 def pp_recv_buffer_bytes(ctx, p, i, n_chunks, v_eff):

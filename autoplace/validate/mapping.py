@@ -262,10 +262,11 @@ def base_plan(rec: dict, assumptions: list, params_b: float | None = None, moe: 
         kw["ep_overlap"] = True
     gpn = as_int((rec.get("hardware") or {}).get("gpus_per_node"))
     shard = gpn // (tp * cp) if gpn and gpn % (tp * cp) == 0 else 0
-    rep = as_int(plan.get("dp_replicate")) if plan.get("dp_replicate") is not None else None
-    if rep is not None:
+    stated = plan.get("dp_replicate") is not None
+    rep = as_int(plan.get("dp_replicate")) if stated else None
+    if stated:
         # HSDP stated as a degree: shard over dp/rep ranks, replicate the shards rep times
-        if not (fsdp and zero == 3) or rep < 1 or dp % rep:
+        if rep is None or not (fsdp and zero == 3) or rep < 1 or dp % rep:
             raise Skip(f"plan.dp_replicate {plan.get('dp_replicate')}: give a divisor of plan.dp on an FSDP (zero 3) plan")
         if rep > 1:
             kw["dp_replicate"] = rep
